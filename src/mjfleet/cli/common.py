@@ -1,0 +1,74 @@
+"""Shared command-line plumbing: task-first parsing, user errors as one line with exit status 2."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import os
+import sys
+from collections.abc import Callable
+from typing import Any, NoReturn
+
+from mjfleet.errors import UsageError
+
+
+def fail(prog: str, message: str) -> NoReturn:
+    """Print a user error as one line and exit with status 2."""
+    print(f"{prog}: error: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+def user_errors(prog: str) -> Callable:
+    """Decorator for console-script mains: UsageError -> one line + exit 2; Ctrl-C -> exit 130, no traceback."""
+
+    def wrap(main: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(main)
+        def run(*args, **kwargs):
+            try:
+                return main(*args, **kwargs)
+            except UsageError as exc:
+                fail(prog, str(exc))
+            except KeyboardInterrupt:
+                print(f"{prog}: interrupted", file=sys.stderr)
+                raise SystemExit(130) from None
+
+        return run
+
+    return wrap
+
+
+def quiet_warp() -> None:
+    """Keep warp's start-up banner and per-module compile lines off the console unless asked for."""
+    import warp as wp
+
+    if not os.environ.get("MJFLEET_WARP_VERBOSE"):
+        wp.config.quiet = True
+        wp.config.log_level = wp.LOG_WARNING
+
+
+def split_task(argv: list[str], prog: str, usage: str) -> tuple[str, list[str]]:
+    """The positional task name and the remaining flags; prints usage for a bare `--help`."""
+    if not argv or argv[0] in ("-h", "--help"):
+        from mjfleet.tasks import task_names
+
+        print(usage)
+        print("\ntasks:\n" + "\n".join(f"  {name}" for name in task_names()))
+        raise SystemExit(0 if argv else 2)
+    if argv[0].startswith("-"):
+        fail(prog, f"the task name comes first, e.g. `{prog} Cartpole-Balance {' '.join(argv)}`")
+    return argv[0], argv[1:]
+
+
+def with_task_configs(base: type, env_default: Any, agent_default: Any, name: str) -> type:
+    """A dataclass type = `base` + `env` and `agent` fields typed as this task's own config classes.
+
+    tyro builds flags from annotations, so the task's concrete config types must appear in them.
+    """
+    return dataclasses.make_dataclass(
+        name,
+        [
+            ("env", type(env_default), dataclasses.field(default_factory=lambda: env_default)),
+            ("agent", type(agent_default), dataclasses.field(default_factory=lambda: agent_default)),
+        ],
+        bases=(base,),
+    )

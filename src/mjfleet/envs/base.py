@@ -1,0 +1,199 @@
+"""A vectorised MuJoCo-Warp environment with the rsl_rl `VecEnv` interface.
+
+A task subclasses `MujocoVecEnv` and fills in a handful of hooks (model, observations, reward terms,
+terminations, reset randomisation). Everything here works on whole batches of environments on the
+simulation's device: no Python loops over environments, no host synchronisation inside `step`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from abc import abstractmethod
+from dataclasses import dataclass
+
+import mujoco
+import torch
+from rsl_rl.env import VecEnv
+from tensordict import TensorDict
+
+from mjfleet.sim import Simulation
+
+NAN_RESETS_KEY = "Sim/nan_resets"
+
+
+@dataclass
+class EnvConfig:
+    """Settings every environment has. Tasks extend this dataclass with their own fields."""
+
+    num_envs: int | None = None
+    """Environments per worker. None: the task's default for the device (small on CPU, large on GPU)."""
+    decimation: int = 2
+    """Physics steps per policy step: policy rate = 1 / (timestep * decimation)."""
+    episode_length_s: float = 10.0
+    """Episode time limit in seconds; reaching it is reported as a time-out, not a termination."""
+    clip_actions: float = 1.0
+    """Policy outputs are clipped to [-clip_actions, clip_actions] before scaling."""
+    action_scale: float = 1.0
+    """Clipped actions are multiplied by this before they are written to the actuators."""
+    capture_graphs: bool = True
+    """Replay captured warp graphs for step/forward/reset (much faster; results are identical)."""
+
+
+class MujocoVecEnv(VecEnv):
+    """Batched environment over one `Simulation`. Subclasses implement the task-specific hooks below."""
+
+    cfg: EnvConfig
+    #: Run `mj_forward` once per policy step, after stepping and resetting, so that body poses and sensors match
+    #: qpos/qvel when observations are computed. Off by default: it costs about one extra physics step, and tasks
+    #: that observe qpos/qvel only (the usual case) do not need it. Contact forces and sensors read in rewards and
+    #: terminations come from the last physics substep either way.
+    needs_forward: bool = False
+    #: Model fields given a per-environment copy (for domain randomisation), e.g. ("geom_friction",).
+    per_env_model_fields: tuple[str, ...] = ()
+
+    def __init__(self, cfg: EnvConfig, device: str = "cpu") -> None:
+        if cfg.num_envs is None or cfg.num_envs < 1:
+            raise ValueError(f"num_envs must be >= 1, got {cfg.num_envs}")
+        self.cfg = cfg
+        self.mj_model = self.build_model()
+        self.sim = Simulation(
+            self.mj_model,
+            cfg.num_envs,
+            device,
+            substeps=cfg.decimation,
+            capture=cfg.capture_graphs,
+            per_world_model_fields=self.per_env_model_fields,
+            **self.simulation_sizes(),
+        )
+        self.device = self.sim.device
+        self.num_envs = cfg.num_envs
+        self.num_actions = self.sim.ctrl.shape[1]
+        self.physics_dt = float(self.mj_model.opt.timestep)
+        self.step_dt = self.physics_dt * cfg.decimation
+        self.max_episode_length = math.ceil(cfg.episode_length_s / self.step_dt)
+
+        n, dev = self.num_envs, self.device
+        self.episode_length_buf = torch.zeros(n, dtype=torch.long, device=dev)
+        self.actions = torch.zeros(n, self.num_actions, device=dev)
+        self.last_actions = torch.zeros_like(self.actions)
+        self.terminated = torch.zeros(n, dtype=torch.bool, device=dev)
+        self.time_outs = torch.zeros(n, dtype=torch.bool, device=dev)
+        self.rewards = torch.zeros(n, device=dev)
+        self._all_envs = torch.ones(n, dtype=torch.bool, device=dev)
+
+        self.setup()
+        weights = self.reward_config()
+        self.reward_weights = {
+            f.name: float(getattr(weights, f.name))
+            for f in dataclasses.fields(weights)
+            if getattr(weights, f.name) != 0.0
+        }
+        self._episode_sums = {name: torch.zeros(n, device=dev) for name in self.reward_weights}
+        self.extras: dict = {"log": {}}
+        self.reset()
+
+    # ------------------------------------------------------------- task hooks
+    @abstractmethod
+    def build_model(self) -> mujoco.MjModel:
+        """Compile and return the MuJoCo model every environment simulates."""
+
+    def simulation_sizes(self) -> dict:
+        """Optional contact/constraint buffer sizes for `mujoco_warp.make_data` (nconmax, njmax)."""
+        return {}
+
+    def setup(self) -> None:  # noqa: B027 - optional hook
+        """Allocate task buffers; called once after the simulation exists, before the first reset."""
+
+    def reward_config(self):
+        """The dataclass of reward weights (default `cfg.rewards`): field `x` weights `_reward_x()`; 0 disables it."""
+        return self.cfg.rewards
+
+    @abstractmethod
+    def compute_observations(self) -> dict[str, torch.Tensor]:
+        """Observation groups, e.g. {"actor": (num_envs, n), "critic": (num_envs, m)}."""
+
+    @abstractmethod
+    def compute_terminations(self) -> torch.Tensor:
+        """Boolean (num_envs,) tensor: environments whose episode ends now (not counting time limits)."""
+
+    @abstractmethod
+    def randomize_reset_state(self, mask: torch.Tensor) -> None:
+        """Write the initial state of the environments in `mask` (the simulation has just reset them)."""
+
+    def apply_actions(self, actions: torch.Tensor) -> None:
+        """Write clipped policy actions into the actuators' controls (in place, no allocation)."""
+        torch.mul(actions, self.cfg.action_scale, out=self.sim.ctrl)
+
+    def post_physics_step(self) -> None:  # noqa: B027 - optional hook
+        """Update task state after physics advanced and before terminations/rewards (e.g. commands)."""
+
+    def on_reset(self, mask: torch.Tensor) -> None:  # noqa: B027 - optional hook
+        """Reset task buffers of the environments in `mask`."""
+
+    # ---------------------------------------------------------- VecEnv API
+    def get_observations(self) -> TensorDict:
+        return self._obs
+
+    def step(self, actions: torch.Tensor) -> tuple[TensorDict, torch.Tensor, torch.Tensor, dict]:
+        clip = self.cfg.clip_actions
+        torch.clamp(actions, -clip, clip, out=self.actions)
+        self.apply_actions(self.actions)
+        self.sim.step()
+        self.episode_length_buf += 1
+        self.post_physics_step()
+
+        # A world whose physics blew up is terminated and reset; training goes on.
+        diverged = ~(torch.isfinite(self.sim.qpos).all(dim=1) & torch.isfinite(self.sim.qvel).all(dim=1))
+        self.terminated = self.compute_terminations() | diverged
+        self.time_outs = (self.episode_length_buf >= self.max_episode_length) & ~self.terminated
+        dones = self.terminated | self.time_outs
+        self.rewards = torch.nan_to_num(self._compute_rewards(), nan=0.0, posinf=0.0, neginf=0.0)
+
+        log = self._episode_log(dones)
+        log[NAN_RESETS_KEY] = diverged.sum()
+        self._reset_envs(dones)
+        if self.needs_forward:
+            self.sim.forward()
+        self.last_actions.copy_(self.actions)
+        self._obs = self._observation_dict()
+        self.extras = {"time_outs": self.time_outs, "log": log, "episodes_finished": dones.sum()}
+        return self._obs, self.rewards, dones, self.extras
+
+    def reset(self) -> tuple[TensorDict, dict]:
+        """Reset every environment (training never needs this: environments reset themselves when done)."""
+        self._reset_envs(self._all_envs)
+        self.sim.forward()
+        self._obs = self._observation_dict()
+        return self._obs, {}
+
+    # ------------------------------------------------------------- internals
+    def _compute_rewards(self) -> torch.Tensor:
+        total = torch.zeros_like(self.rewards)
+        for name, weight in self.reward_weights.items():
+            term = getattr(self, f"_reward_{name}")() * weight
+            self._episode_sums[name] += term
+            total += term
+        return total
+
+    def _episode_log(self, dones: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Means over the episodes that end in this step (zero when none does), reduced on device."""
+        finished = dones.float()
+        count = finished.sum().clamp(min=1.0)
+        log = {
+            f"Episode_Reward/{name}": (s * finished).sum() / count for name, s in self._episode_sums.items()
+        }
+        log["Episode_Termination/time_out"] = self.time_outs.float().sum() / count
+        return log
+
+    def _reset_envs(self, mask: torch.Tensor) -> None:
+        self.sim.reset(mask)
+        self.randomize_reset_state(mask)
+        self.episode_length_buf.masked_fill_(mask, 0)
+        self.last_actions.masked_fill_(mask.unsqueeze(1), 0.0)
+        for s in self._episode_sums.values():
+            s.masked_fill_(mask, 0.0)
+        self.on_reset(mask)
+
+    def _observation_dict(self) -> TensorDict:
+        return TensorDict(self.compute_observations(), batch_size=[self.num_envs], device=self.device)

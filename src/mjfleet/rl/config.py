@@ -1,0 +1,97 @@
+"""Typed PPO / runner settings that tyro turns into flags and `to_rsl_rl()` turns into rsl_rl's config dict."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Literal
+
+
+@dataclass
+class PolicyConfig:
+    """An MLP actor or critic."""
+
+    hidden_dims: tuple[int, ...] = (128, 128, 128)
+    activation: str = "elu"
+    obs_normalization: bool = False
+    """Normalise inputs with running mean/std (statistics are averaged across workers)."""
+
+
+@dataclass
+class ActorConfig(PolicyConfig):
+    """The stochastic policy: an MLP for the mean and a state-independent Gaussian standard deviation."""
+
+    init_noise_std: float = 1.0
+    noise_std_type: Literal["scalar", "log"] = "scalar"
+
+
+@dataclass
+class PPOConfig:
+    """Proximal Policy Optimisation hyper-parameters (rsl_rl's PPO)."""
+
+    learning_rate: float = 1e-3
+    schedule: Literal["adaptive", "fixed"] = "adaptive"
+    """adaptive: scale the learning rate to keep the policy KL divergence near desired_kl."""
+    desired_kl: float = 0.01
+    num_learning_epochs: int = 5
+    num_mini_batches: int = 4
+    clip_param: float = 0.2
+    gamma: float = 0.99
+    lam: float = 0.95
+    value_loss_coef: float = 1.0
+    entropy_coef: float = 0.005
+    max_grad_norm: float = 1.0
+    use_clipped_value_loss: bool = True
+
+
+@dataclass
+class AgentConfig:
+    """Everything about learning: PPO, networks, rollout length, iterations, checkpoints, logging."""
+
+    experiment_name: str = "default"
+    """Runs are written to logs/<experiment_name>/<timestamp>[_<run_name>]/."""
+    run_name: str = ""
+    seed: int = 42
+    """Base seed; worker k uses seed + k."""
+    num_steps_per_env: int = 24
+    """Rollout length per environment and iteration."""
+    max_iterations: int = 300
+    save_interval: int = 50
+    """Save a checkpoint every this many iterations (and always at the end)."""
+    init_at_random_ep_len: bool = True
+    """Start environments at random points of their first episode, so resets do not all happen at once."""
+    logger: Literal["tensorboard", "wandb", "none"] = "tensorboard"
+    """metrics.jsonl is always written; this picks the extra dashboard."""
+    wandb_project: str = "mjfleet"
+    actor: ActorConfig = field(default_factory=ActorConfig)
+    critic: PolicyConfig = field(default_factory=PolicyConfig)
+    algorithm: PPOConfig = field(default_factory=PPOConfig)
+
+    def to_rsl_rl(self) -> dict:
+        """The nested dict rsl_rl's OnPolicyRunner expects."""
+        algorithm = dataclasses.asdict(self.algorithm)
+        return {
+            "num_steps_per_env": self.num_steps_per_env,
+            "save_interval": self.save_interval,
+            "seed": self.seed,
+            "obs_groups": {"actor": ["actor"], "critic": ["critic"]},
+            "check_for_nan": False,  # environments reset diverged worlds themselves
+            "algorithm": {"class_name": "PPO", **algorithm},
+            "actor": {
+                "class_name": "MLPModel",
+                "hidden_dims": list(self.actor.hidden_dims),
+                "activation": self.actor.activation,
+                "obs_normalization": self.actor.obs_normalization,
+                "distribution_cfg": {
+                    "class_name": "GaussianDistribution",
+                    "init_std": self.actor.init_noise_std,
+                    "std_type": self.actor.noise_std_type,
+                },
+            },
+            "critic": {
+                "class_name": "MLPModel",
+                "hidden_dims": list(self.critic.hidden_dims),
+                "activation": self.critic.activation,
+                "obs_normalization": self.critic.obs_normalization,
+            },
+        }

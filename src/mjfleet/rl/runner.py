@@ -1,0 +1,176 @@
+"""mjfleet's rsl_rl OnPolicyRunner: backend-agnostic multi-process, on-device statistics, rank-0 outputs."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import pathlib
+import time
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from rsl_rl.runners import OnPolicyRunner
+
+from mjfleet.rl.config import AgentConfig
+from mjfleet.rl.episode_stats import EpisodeStats
+from mjfleet.runs.console import format_iteration
+from mjfleet.runs.metrics import MetricsWriter
+from mjfleet.runs.run_dir import RunDir, to_plain
+
+
+class FleetRunner(OnPolicyRunner):
+    """rsl_rl's on-policy runner, with the parts mjfleet needs changed.
+
+    - Multi-process training on any backend: the process group (nccl on GPUs, gloo on CPU) is created by the
+      launcher or here; parameters are broadcast from rank 0 at start and gradients are averaged after every
+      minibatch (rsl_rl's PPO does both once `multi_gpu` is configured).
+    - Episode statistics are reduced on device and read once per iteration (rsl_rl's logger reads them every
+      step); throughput and step counts are global.
+    - Only rank 0 writes: metrics.jsonl, TensorBoard/wandb, checkpoints (atomic; plain state dicts).
+    """
+
+    def __init__(
+        self,
+        env,
+        agent_cfg: AgentConfig,
+        run_dir: RunDir | None = None,
+        device: str | torch.device = "cpu",
+        *,
+        extra_checkpoint_info: dict[str, Any] | None = None,
+        log_format: str = "block",
+    ) -> None:
+        self.agent_cfg = agent_cfg
+        self.run_dir = run_dir
+        self.log_format = log_format
+        self._checkpoint_info = extra_checkpoint_info or {}
+        super().__init__(env, agent_cfg.to_rsl_rl(), log_dir=None, device=str(device))
+        self.rank = self.gpu_global_rank
+        self.world_size = self.gpu_world_size
+        self.is_main = self.rank == 0
+        self.env_steps = 0
+        self.metrics: MetricsWriter | None = None
+        self.last_record: dict[str, Any] = {}
+
+    # ------------------------------------------------------------------ setup
+    def _configure_multi_gpu(self) -> None:
+        """Like rsl_rl's, but any backend and any device: the launcher has usually created the group already."""
+        self.gpu_world_size = int(os.getenv("WORLD_SIZE", "1"))
+        self.is_distributed = self.gpu_world_size > 1
+        self.gpu_global_rank = int(os.getenv("RANK", "0")) if self.is_distributed else 0
+        self.gpu_local_rank = int(os.getenv("LOCAL_RANK", "0")) if self.is_distributed else 0
+        if not self.is_distributed:
+            self.cfg["multi_gpu"] = None
+            return
+        if not dist.is_initialized():
+            backend = "nccl" if torch.device(self.device).type == "cuda" else "gloo"
+            dist.init_process_group(
+                backend=backend, rank=self.gpu_global_rank, world_size=self.gpu_world_size
+            )
+        self.cfg["multi_gpu"] = {
+            "global_rank": self.gpu_global_rank,
+            "local_rank": self.gpu_local_rank,
+            "world_size": self.gpu_world_size,
+        }
+
+    # --------------------------------------------------------------- training
+    def learn(self, num_learning_iterations: int, init_at_random_ep_len: bool = False) -> dict[str, Any]:
+        """Train for `num_learning_iterations` more iterations; returns the last iteration's record."""
+        env = self.env
+        if init_at_random_ep_len:
+            env.episode_length_buf = torch.randint_like(
+                env.episode_length_buf, high=int(env.max_episode_length)
+            )
+        obs = env.get_observations().to(self.device)
+        self.alg.train_mode()
+        if self.is_distributed:
+            self.alg.broadcast_parameters()
+        if self.is_main and self.run_dir is not None and self.metrics is None:
+            self.metrics = MetricsWriter(
+                self.run_dir.path,
+                self.agent_cfg.logger,
+                self.agent_cfg.wandb_project,
+                config=to_plain(dataclasses.asdict(self.agent_cfg)),
+            )
+
+        stats = EpisodeStats(env.num_envs, self.device)
+        steps_per_iteration = self.cfg["num_steps_per_env"] * env.num_envs * self.world_size
+        start_it = self.current_learning_iteration
+        total_it = start_it + num_learning_iterations
+        train_start = time.perf_counter()
+        for it in range(start_it, total_it):
+            t0 = time.perf_counter()
+            with torch.inference_mode():
+                for _ in range(self.cfg["num_steps_per_env"]):
+                    actions = self.alg.act(obs)
+                    obs, rewards, dones, extras = env.step(actions.to(env.device))
+                    obs, rewards, dones = obs.to(self.device), rewards.to(self.device), dones.to(self.device)
+                    self.alg.process_env_step(obs, rewards, dones, extras)
+                    stats.update(rewards, dones, extras)
+                self.alg.compute_returns(obs)
+            episode = stats.collect()  # the one host synchronisation of the rollout
+            t1 = time.perf_counter()
+            losses = self.alg.update()
+            t2 = time.perf_counter()
+
+            self.current_learning_iteration = it + 1
+            self.env_steps += steps_per_iteration
+            record = self._record(it, episode, losses, t1 - t0, t2 - t1, steps_per_iteration)
+            self.last_record = record
+            if self.is_main:
+                done = it + 1 - start_it
+                eta = (time.perf_counter() - train_start) / done * (total_it - it - 1)
+                print(format_iteration(record, total_it, eta, self.log_format), flush=True)
+                if self.metrics is not None:
+                    self.metrics.write(record)
+                if self.run_dir is not None and (it + 1) % self.cfg["save_interval"] == 0:
+                    self.save(self.run_dir.checkpoint(it + 1))
+
+        if self.is_main and self.run_dir is not None:
+            final = self.run_dir.checkpoint(self.current_learning_iteration)
+            if not final.exists():
+                self.save(final)
+        return self.last_record
+
+    def _record(self, it, episode, losses, collect_time, learn_time, steps) -> dict[str, Any]:
+        record: dict[str, Any] = {
+            "iteration": it,
+            "env_steps": self.env_steps,
+            "env_steps_per_s": steps / (collect_time + learn_time),
+            "mean_return": episode.pop("mean_return"),
+            "mean_episode_length": episode.pop("mean_episode_length"),
+            "episodes": int(episode.pop("episodes")),
+            "collect_time": collect_time,
+            "learn_time": learn_time,
+            "learning_rate": self.alg.learning_rate,
+            "Policy/action_std": float(self.alg.get_policy().output_std.detach().mean()),
+        }
+        record.update({f"Loss/{k}": v for k, v in losses.items()})
+        record.update(episode)
+        return record
+
+    def close(self) -> None:
+        if self.metrics is not None:
+            self.metrics.close()
+            self.metrics = None
+
+    # ------------------------------------------------------------- checkpoints
+    def save(self, path: str | os.PathLike, infos: dict | None = None) -> None:
+        """Write a checkpoint atomically: plain state dicts plus what is needed to rebuild the policy."""
+        path = pathlib.Path(path)
+        state = self.alg.save()
+        state["iter"] = self.current_learning_iteration
+        state["env_steps"] = self.env_steps
+        state["infos"] = {**self._checkpoint_info, **(infos or {})}
+        state["agent_cfg"] = to_plain(dataclasses.asdict(self.agent_cfg))
+        state["rsl_rl_cfg"] = to_plain({k: v for k, v in self.cfg.items() if k != "multi_gpu"})
+        tmp = path.with_name(f".{path.name}.tmp")
+        torch.save(state, tmp)
+        os.replace(tmp, path)
+
+    def load(self, path, load_cfg=None, strict=True, map_location=None) -> dict:
+        loaded = torch.load(path, weights_only=False, map_location=map_location or self.device)
+        if self.alg.load(loaded, load_cfg, strict):
+            self.current_learning_iteration = loaded["iter"]
+            self.env_steps = loaded.get("env_steps", 0)
+        return loaded.get("infos") or {}

@@ -1,0 +1,53 @@
+"""Rank 0's per-iteration writer: metrics.jsonl always, TensorBoard or wandb when asked."""
+
+from __future__ import annotations
+
+import json
+import math
+import pathlib
+from typing import Any
+
+
+class MetricsWriter:
+    """Appends one JSON object per iteration to metrics.jsonl and mirrors scalars to a dashboard."""
+
+    def __init__(
+        self,
+        run_path: pathlib.Path,
+        logger: str = "tensorboard",
+        wandb_project: str = "mjfleet",
+        config: dict | None = None,
+    ) -> None:
+        self.path = run_path / "metrics.jsonl"
+        self._file = open(self.path, "a", buffering=1)  # noqa: SIM115 - closed in close()
+        self._tb = None
+        self._wandb = None
+        if logger == "tensorboard":
+            from torch.utils.tensorboard import SummaryWriter
+
+            self._tb = SummaryWriter(log_dir=str(run_path), flush_secs=10)
+        elif logger == "wandb":
+            import wandb  # optional dependency: `uv sync --extra wandb`
+
+            self._wandb = wandb.init(
+                project=wandb_project, name=run_path.name, dir=str(run_path), config=config
+            )
+
+    def write(self, record: dict[str, Any]) -> None:
+        clean = {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in record.items()}
+        self._file.write(json.dumps(clean) + "\n")
+        step = int(record["iteration"])
+        scalars = {k: v for k, v in record.items() if isinstance(v, (int, float)) and k != "iteration"}
+        if self._tb is not None:
+            for key, value in scalars.items():
+                if math.isfinite(value):
+                    self._tb.add_scalar(key if "/" in key else f"Train/{key}", value, step)
+        if self._wandb is not None:
+            self._wandb.log(scalars, step=step)
+
+    def close(self) -> None:
+        self._file.close()
+        if self._tb is not None:
+            self._tb.close()
+        if self._wandb is not None:
+            self._wandb.finish()

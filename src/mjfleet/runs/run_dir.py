@@ -1,0 +1,81 @@
+"""The run directory: logs/<experiment>/<YYYY-mm-dd_HH-MM-SS>[_<run-name>]/, written by rank 0 only."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import os
+import pathlib
+import re
+from typing import Any
+
+import yaml
+
+_CHECKPOINT = re.compile(r"^model_(\d+)\.pt$")
+
+
+def timestamped_name(run_name: str = "", now: datetime.datetime | None = None) -> str:
+    stamp = (now or datetime.datetime.now()).strftime("%Y-%m-%d_%H-%M-%S")
+    return f"{stamp}_{run_name}" if run_name else stamp
+
+
+@dataclasses.dataclass(frozen=True)
+class RunDir:
+    """One training run's directory and the names of the files in it."""
+
+    path: pathlib.Path
+
+    @classmethod
+    def new(cls, experiment: str, run_name: str = "", root: str | os.PathLike = "logs") -> RunDir:
+        """A fresh, not yet created, run directory path (created by `create`, on rank 0 only)."""
+        base = pathlib.Path(root) / experiment
+        path = base / timestamped_name(run_name)
+        suffix = 1
+        while path.exists():  # two runs started within the same second
+            path = base / f"{timestamped_name(run_name)}-{suffix}"
+            suffix += 1
+        return cls(path.resolve())
+
+    def create(self) -> None:
+        (self.path / "params").mkdir(parents=True, exist_ok=True)
+
+    @property
+    def metrics_file(self) -> pathlib.Path:
+        return self.path / "metrics.jsonl"
+
+    def checkpoint(self, iteration: int) -> pathlib.Path:
+        return self.path / f"model_{iteration}.pt"
+
+    def checkpoints(self) -> list[tuple[int, pathlib.Path]]:
+        """(iteration, path) of every checkpoint, oldest first."""
+        found = []
+        for p in self.path.glob("model_*.pt"):
+            match = _CHECKPOINT.match(p.name)
+            if match:
+                found.append((int(match.group(1)), p))
+        return sorted(found)
+
+    def write_params(self, **configs: Any) -> None:
+        """params/<name>.yaml for each config (dataclasses or dicts)."""
+        for name, cfg in configs.items():
+            data = dataclasses.asdict(cfg) if dataclasses.is_dataclass(cfg) else cfg
+            atomic_write_text(
+                self.path / "params" / f"{name}.yaml", yaml.safe_dump(to_plain(data), sort_keys=False)
+            )
+
+
+def to_plain(value: Any) -> Any:
+    """Tuples -> lists, paths -> str, recursively, so configs serialise as plain YAML/JSON."""
+    if isinstance(value, dict):
+        return {str(k): to_plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [to_plain(v) for v in value]
+    if isinstance(value, pathlib.PurePath):
+        return str(value)
+    return value
+
+
+def atomic_write_text(path: pathlib.Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)

@@ -1,0 +1,167 @@
+"""One batched MuJoCo-Warp simulation on one device, with zero-copy torch views and captured graphs."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+
+import mujoco
+import mujoco_warp as mjw
+import torch
+import warp as wp
+
+log = logging.getLogger(__name__)
+
+# Data fields that almost every environment reads; views for other fields are made on first use and cached.
+_COMMON_DATA_FIELDS = ("qpos", "qvel", "ctrl", "qacc", "xpos", "xquat", "sensordata")
+
+
+class Simulation:
+    """`num_worlds` copies of one MuJoCo model stepped together on one warp device.
+
+    The state lives in warp arrays; `data_view(name)` returns a torch tensor that shares their memory, so writing
+    into `sim.ctrl` (in place) is what the next `step()` uses. `step()`, `forward()` and `reset(mask)` replay
+    graphs captured once at construction: on CUDA a CUDA graph, on CPU warp's recorded launch stream, which
+    removes most of the per-kernel Python overhead. Where capture is unavailable they fall back to plain launches.
+    """
+
+    def __init__(
+        self,
+        mj_model: mujoco.MjModel,
+        num_worlds: int,
+        device: str = "cpu",
+        *,
+        substeps: int = 1,
+        capture: bool = True,
+        per_world_model_fields: Iterable[str] = (),
+        nconmax: int | None = None,
+        njmax: int | None = None,
+    ) -> None:
+        if num_worlds < 1:
+            raise ValueError(f"num_worlds must be >= 1, got {num_worlds}")
+        if substeps < 1:
+            raise ValueError(f"substeps must be >= 1, got {substeps}")
+        self.mj_model = mj_model
+        self.num_worlds = num_worlds
+        self.substeps = substeps
+        self.wp_device = wp.get_device(device)
+        self.device = torch.device(str(self.wp_device))
+
+        batch_sizes = {name: num_worlds for name in per_world_model_fields}
+        with wp.ScopedDevice(self.wp_device):
+            self.model = mjw.put_model(mj_model, batch_sizes=batch_sizes)
+            self.data = mjw.make_data(mj_model, nworld=num_worlds, nconmax=nconmax, njmax=njmax)
+            self._reset_mask_wp = wp.zeros(num_worlds, dtype=bool)
+        self.reset_mask = wp.to_torch(self._reset_mask_wp)
+
+        self._data_views: dict[str, torch.Tensor] = {}
+        self._model_views: dict[str, torch.Tensor] = {}
+        for name in _COMMON_DATA_FIELDS:
+            self.data_view(name)
+
+        self._operations = self._make_operations()
+        self._graphs: dict[str, object] = {}
+        self.captured = False
+        if capture:
+            self._capture_graphs()
+        # Start every world from the model's default state, whatever warm-up or capture did to it.
+        self.reset_mask.fill_(True)
+        self._launch("reset")
+        self._launch("forward")
+
+    # ------------------------------------------------------------------ views
+    @property
+    def qpos(self) -> torch.Tensor:
+        return self._data_views["qpos"]
+
+    @property
+    def qvel(self) -> torch.Tensor:
+        return self._data_views["qvel"]
+
+    @property
+    def ctrl(self) -> torch.Tensor:
+        return self._data_views["ctrl"]
+
+    @property
+    def qacc(self) -> torch.Tensor:
+        return self._data_views["qacc"]
+
+    @property
+    def xpos(self) -> torch.Tensor:
+        return self._data_views["xpos"]
+
+    @property
+    def xquat(self) -> torch.Tensor:
+        return self._data_views["xquat"]
+
+    @property
+    def sensordata(self) -> torch.Tensor:
+        return self._data_views["sensordata"]
+
+    def data_view(self, name: str) -> torch.Tensor:
+        """Zero-copy torch view of a `mujoco_warp.Data` field (made once, then cached)."""
+        view = self._data_views.get(name)
+        if view is None:
+            view = wp.to_torch(getattr(self.data, name))
+            self._data_views[name] = view
+        return view
+
+    def model_view(self, name: str) -> torch.Tensor:
+        """Zero-copy torch view of a `mujoco_warp.Model` field; per-world only if listed in per_world_model_fields."""
+        view = self._model_views.get(name)
+        if view is None:
+            view = wp.to_torch(getattr(self.model, name))
+            self._model_views[name] = view
+        return view
+
+    # ------------------------------------------------------------ operations
+    def step(self) -> None:
+        """Advance every world by `substeps` physics steps."""
+        self._launch("step")
+
+    def forward(self) -> None:
+        """Recompute derived quantities (kinematics, sensors, ...) from qpos/qvel without advancing time."""
+        self._launch("forward")
+
+    def reset(self, mask: torch.Tensor) -> None:
+        """Reset the worlds where `mask` is True to the model's default state; other worlds are untouched."""
+        self.reset_mask.copy_(mask)
+        self._launch("reset")
+
+    # -------------------------------------------------------------- internals
+    def _make_operations(self):
+        m, d = self.model, self.data
+
+        def step():
+            for _ in range(self.substeps):
+                mjw.step(m, d)
+
+        return {
+            "step": step,
+            "forward": lambda: mjw.forward(m, d),
+            "reset": lambda: mjw.reset_data(m, d, self._reset_mask_wp),
+        }
+
+    def _launch(self, name: str) -> None:
+        graph = self._graphs.get(name)
+        with wp.ScopedDevice(self.wp_device):
+            if graph is not None:
+                wp.capture_launch(graph)
+            else:
+                self._operations[name]()
+
+    def _capture_graphs(self) -> None:
+        operations = self._operations
+        try:
+            with wp.ScopedDevice(self.wp_device):
+                # Run each operation once uncaptured: kernels compile and load before capture starts.
+                for fn in operations.values():
+                    fn()
+                for name, fn in operations.items():
+                    with wp.ScopedCapture(device=self.wp_device) as capture:
+                        fn()
+                    self._graphs[name] = capture.graph
+            self.captured = True
+        except Exception as exc:  # capture is an optimisation: fall back to plain launches, loudly, once
+            self._graphs.clear()
+            log.warning("graph capture unavailable on %s (%s); using plain launches", self.wp_device, exc)

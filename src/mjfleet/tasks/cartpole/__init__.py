@@ -1,0 +1,41 @@
+"""Cartpole-Balance and Cartpole-Swingup."""
+
+from mjfleet.rl import ActorConfig, AgentConfig, PolicyConfig, PPOConfig
+from mjfleet.tasks.cartpole.env import CartpoleConfig, CartpoleEnv, CartpoleRewards
+from mjfleet.tasks.registry import TaskSpec, register
+
+
+def _agent(experiment: str, max_iterations: int) -> AgentConfig:
+    return AgentConfig(
+        experiment_name=experiment,
+        num_steps_per_env=24,
+        max_iterations=max_iterations,
+        save_interval=50,
+        actor=ActorConfig(hidden_dims=(64, 64), init_noise_std=1.0),
+        critic=PolicyConfig(hidden_dims=(64, 64)),
+        algorithm=PPOConfig(
+            learning_rate=1e-3, entropy_coef=0.005, num_mini_batches=4, num_learning_epochs=5
+        ),
+    )
+
+
+register(
+    TaskSpec(
+        name="Cartpole-Balance",
+        description="Keep a pole upright on a cart that moves along a rail (starts near upright).",
+        env_class=CartpoleEnv,
+        env_config=lambda: CartpoleConfig(swingup=False, episode_length_s=5.0),
+        agent_config=lambda: _agent("cartpole_balance", max_iterations=100),
+    )
+)
+register(
+    TaskSpec(
+        name="Cartpole-Swingup",
+        description="Swing a hanging pole up by moving the cart, then balance it upright.",
+        env_class=CartpoleEnv,
+        env_config=lambda: CartpoleConfig(swingup=True, episode_length_s=8.0),
+        agent_config=lambda: _agent("cartpole_swingup", max_iterations=300),
+    )
+)
+
+__all__ = ["CartpoleConfig", "CartpoleEnv", "CartpoleRewards"]

@@ -1,0 +1,114 @@
+"""MujocoVecEnv through the Cartpole task: the rsl_rl VecEnv contract, on the real simulator."""
+
+import math
+
+import pytest
+import torch
+from tensordict import TensorDict
+
+from mjfleet.envs.base import NAN_RESETS_KEY
+from mjfleet.tasks import get_task
+
+NUM_ENVS = 16
+
+
+def make_env(swingup: bool = False, **overrides):
+    spec = get_task("Cartpole-Swingup" if swingup else "Cartpole-Balance")
+    cfg = spec.env_config()
+    cfg.num_envs = NUM_ENVS
+    for key, value in overrides.items():
+        setattr(cfg, key, value)
+    torch.manual_seed(0)
+    return spec.make_env(cfg, "cpu")
+
+
+@pytest.fixture(scope="module")
+def env():
+    return make_env()
+
+
+def test_observations_are_a_tensordict_with_actor_and_critic_groups(env):
+    obs = env.get_observations()
+    assert isinstance(obs, TensorDict)
+    assert set(obs.keys()) == {"actor", "critic"}
+    assert obs["actor"].shape == (NUM_ENVS, 5)
+    assert obs.batch_size == torch.Size([NUM_ENVS])
+
+
+def test_step_returns_rewards_dones_and_time_outs_for_every_env(env):
+    obs, rewards, dones, extras = env.step(torch.zeros(NUM_ENVS, 1))
+    assert rewards.shape == (NUM_ENVS,) and dones.shape == (NUM_ENVS,)
+    assert extras["time_outs"].shape == (NUM_ENVS,)
+    assert ((rewards >= 0) & (rewards <= 1)).all()
+    assert "Episode_Reward/upright" in extras["log"] and NAN_RESETS_KEY in extras["log"]
+
+
+def test_policy_step_advances_physics_by_decimation_substeps():
+    env = make_env(decimation=3)
+    time_view = env.sim.data_view("time")
+    start = time_view.clone()
+    env.step(torch.zeros(NUM_ENVS, 1))
+    assert torch.allclose(time_view - start, torch.full((NUM_ENVS,), 3 * env.physics_dt))
+    assert env.step_dt == pytest.approx(3 * env.physics_dt)
+
+
+def test_actions_are_clipped_and_scaled_into_ctrl_in_place():
+    env = make_env(action_scale=0.5, clip_actions=1.0)
+    ctrl_ptr = env.sim.ctrl.data_ptr()
+    actions = torch.linspace(-3, 3, NUM_ENVS).unsqueeze(1)
+    env.step(actions)
+    assert env.sim.ctrl.data_ptr() == ctrl_ptr
+    assert torch.allclose(env.sim.ctrl, actions.clamp(-1, 1) * 0.5)
+
+
+def test_episode_reaching_the_time_limit_is_a_time_out_not_a_termination():
+    env = make_env(episode_length_s=0.1)  # 5 policy steps at 50 Hz
+    assert env.max_episode_length == math.ceil(0.1 / env.step_dt)
+    for _ in range(env.max_episode_length - 1):
+        _, _, dones, extras = env.step(torch.zeros(NUM_ENVS, 1))
+        assert not dones.any()
+    _, _, dones, extras = env.step(torch.zeros(NUM_ENVS, 1))
+    assert dones.all() and extras["time_outs"].all()
+    assert (env.episode_length_buf == 0).all()
+    assert extras["log"]["Episode_Termination/time_out"].item() == pytest.approx(1.0)
+
+
+def test_leaving_the_rail_terminates_and_resets_the_env():
+    env = make_env()
+    env.sim.qpos[3, 0] = 3.0  # beyond rail_limit = 2.4
+    _, _, dones, extras = env.step(torch.zeros(NUM_ENVS, 1))
+    assert dones[3] and not extras["time_outs"][3]
+    assert dones.sum() == 1
+    assert env.sim.qpos[3, 0].abs() <= env.cfg.init_position_range
+
+
+def test_resets_draw_random_initial_states():
+    env = make_env()
+    angles = env.sim.qpos[:, 1]
+    assert angles.abs().max() <= env.cfg.init_angle_range
+    assert angles.unique().numel() == NUM_ENVS
+
+
+def test_swingup_starts_hanging_down():
+    env = make_env(swingup=True)
+    assert torch.allclose(env.sim.qpos[:, 1], torch.full((NUM_ENVS,), math.pi), atol=env.cfg.init_angle_range)
+
+
+def test_physics_nan_resets_that_world_and_counts_it():
+    env = make_env()
+    env.sim.qvel[5, 1] = float("nan")
+    obs, rewards, dones, extras = env.step(torch.zeros(NUM_ENVS, 1))
+    assert dones[5]
+    assert extras["log"][NAN_RESETS_KEY].item() == 1
+    assert torch.isfinite(rewards).all()
+    assert torch.isfinite(obs["actor"]).all() and torch.isfinite(env.sim.qvel).all()
+
+
+def test_episode_log_reports_reward_sums_of_finished_episodes():
+    env = make_env(episode_length_s=0.1)
+    total = torch.zeros(NUM_ENVS)
+    for _ in range(env.max_episode_length):
+        _, rewards, _, extras = env.step(torch.zeros(NUM_ENVS, 1))
+        total += rewards
+    logged = sum(v.item() for k, v in extras["log"].items() if k.startswith("Episode_Reward/"))
+    assert logged == pytest.approx(total.mean().item(), rel=1e-5)
