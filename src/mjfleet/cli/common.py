@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import Any, NoReturn
 
 from mjfleet.errors import UsageError
+from mjfleet.launch.launcher import WorkerFailed
 
 
 def fail(prog: str, message: str) -> NoReturn:
@@ -19,7 +20,10 @@ def fail(prog: str, message: str) -> NoReturn:
 
 
 def user_errors(prog: str) -> Callable:
-    """Decorator for console-script mains: UsageError -> one line + exit 2; Ctrl-C -> exit 130, no traceback."""
+    """Decorator for console-script mains, so no user sees a traceback for these:
+
+    UsageError -> one line, exit 2; a failed worker -> one line, exit 1; Ctrl-C / SIGTERM -> 128 + signal.
+    """
 
     def wrap(main: Callable[..., Any]) -> Callable[..., Any]:
         @functools.wraps(main)
@@ -28,9 +32,12 @@ def user_errors(prog: str) -> Callable:
                 return main(*args, **kwargs)
             except UsageError as exc:
                 fail(prog, str(exc))
-            except KeyboardInterrupt:
+            except WorkerFailed as exc:
+                print(f"{prog}: error: {exc}", file=sys.stderr)
+                raise SystemExit(1) from None
+            except KeyboardInterrupt as exc:
                 print(f"{prog}: interrupted", file=sys.stderr)
-                raise SystemExit(130) from None
+                raise SystemExit(getattr(exc, "exit_code", 130)) from None
 
         return run
 

@@ -58,6 +58,9 @@ class AgentConfig:
     max_iterations: int = 300
     save_interval: int = 50
     """Save a checkpoint every this many iterations (and always at the end)."""
+    consistency_check_interval: int = 50
+    """Several workers: every this many iterations, check that all ranks hold identical policy parameters
+    (0 disables)."""
     init_at_random_ep_len: bool = True
     """Start environments at random points of their first episode, so resets do not all happen at once."""
     logger: Literal["tensorboard", "wandb", "none"] = "tensorboard"

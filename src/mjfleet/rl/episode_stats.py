@@ -9,6 +9,10 @@ import torch.distributed as dist
 class EpisodeStats:
     """Returns, lengths and the environment's episode log, summed on device over one iteration.
 
+    Log keys follow one convention: `Episode*` values are means over the episodes that ended in that step,
+    `Metrics/*` values are per-step quantities (reported as their mean over the iteration's steps and workers),
+    anything else is a count (reported as the iteration's total over workers).
+
     `update` is called every environment step and never synchronises with the host; `collect` reduces
     everything across workers (one all_reduce) and reads it back in a single transfer.
     """
@@ -24,6 +28,7 @@ class EpisodeStats:
     def _clear(self) -> None:
         zero = torch.zeros((), device=self.device)
         self._sums = {"episodes": zero.clone(), "return": zero.clone(), "length": zero.clone()}
+        self._steps = 0
 
     def _add(self, key: str, value: torch.Tensor) -> None:
         total = self._sums.get(key)
@@ -34,6 +39,7 @@ class EpisodeStats:
 
     def update(self, rewards: torch.Tensor, dones: torch.Tensor, extras: dict) -> None:
         """Account one environment step of every environment."""
+        self._steps += 1
         self.current_return += rewards
         self.current_length += 1
         finished = dones.float()
@@ -59,8 +65,10 @@ class EpisodeStats:
         """
         keys = list(self._sums)
         packed = torch.stack([self._sums[k] for k in keys])
+        workers = 1
         if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
             dist.all_reduce(packed, op=dist.ReduceOp.SUM)
+            workers = dist.get_world_size()
         values = dict(zip(keys, packed.tolist(), strict=True))
         episodes = values.pop("episodes")
         out: dict[str, float] = {"episodes": episodes}
@@ -70,6 +78,10 @@ class EpisodeStats:
             if episodes > 0:
                 self._last[key] = total / episodes
             out[key] = self._last.get(key, float("nan"))
-        out.update({k: v for k, v in values.items() if not k.startswith("Episode")})
+        for key, total in values.items():
+            if key.startswith("Metrics/"):
+                out[key] = total / max(self._steps * workers, 1)
+            elif not key.startswith("Episode"):
+                out[key] = total
         self._clear()
         return out

@@ -39,6 +39,7 @@ class FleetRunner(OnPolicyRunner):
         *,
         extra_checkpoint_info: dict[str, Any] | None = None,
         log_format: str = "block",
+        average_gradients: bool = True,
     ) -> None:
         self.agent_cfg = agent_cfg
         self.run_dir = run_dir
@@ -51,6 +52,8 @@ class FleetRunner(OnPolicyRunner):
         self.env_steps = 0
         self.metrics: MetricsWriter | None = None
         self.last_record: dict[str, Any] = {}
+        if not average_gradients:  # for experiments and tests only: workers then drift apart
+            self.alg.reduce_parameters = lambda: None
 
     # ------------------------------------------------------------------ setup
     def _configure_multi_gpu(self) -> None:
@@ -115,6 +118,9 @@ class FleetRunner(OnPolicyRunner):
 
             self.current_learning_iteration = it + 1
             self.env_steps += steps_per_iteration
+            interval = self.agent_cfg.consistency_check_interval
+            if self.is_distributed and interval > 0 and (it + 1) % interval == 0:
+                self.check_consistency()
             record = self._record(it, episode, losses, t1 - t0, t2 - t1, steps_per_iteration)
             self.last_record = record
             if self.is_main:
@@ -131,6 +137,29 @@ class FleetRunner(OnPolicyRunner):
             if not final.exists():
                 self.save(final)
         return self.last_record
+
+    def parameter_checksum(self) -> torch.Tensor:
+        """Two float64 numbers that differ when any actor/critic parameter differs (order-sensitive)."""
+        flat = torch.cat([p.detach().reshape(-1).double() for p in self._policy_parameters()])
+        weights = torch.arange(1, flat.numel() + 1, device=flat.device, dtype=torch.float64)
+        return torch.stack([flat.sum(), (flat * weights).sum()])
+
+    def check_consistency(self) -> None:
+        """Stop with a clear error when the ranks' policy parameters are no longer identical."""
+        checksum = self.parameter_checksum()
+        gathered = [torch.empty_like(checksum) for _ in range(self.world_size)]
+        dist.all_gather(gathered, checksum)
+        differing = [rank for rank, other in enumerate(gathered) if not torch.equal(other, gathered[0])]
+        if differing:
+            raise RuntimeError(
+                f"policy parameters differ between rank 0 and rank(s) {differing} after iteration "
+                f"{self.current_learning_iteration}: the workers are no longer training one policy "
+                "(gradient averaging broken or non-deterministic parameter updates)"
+            )
+
+    def _policy_parameters(self):
+        yield from self.alg.get_policy().parameters()
+        yield from self.alg.critic.parameters()
 
     def _record(self, it, episode, losses, collect_time, learn_time, steps) -> dict[str, Any]:
         record: dict[str, Any] = {

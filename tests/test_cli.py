@@ -1,0 +1,118 @@
+"""The console scripts as a user runs them: real processes, real simulator."""
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+BIN = pathlib.Path(sys.executable).parent
+
+
+def run(script: str, *args: str, cwd=None, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [str(BIN / script), *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=os.environ.copy(),
+    )
+
+
+def assert_one_line_usage_error(result: subprocess.CompletedProcess, *needles: str) -> None:
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr
+    lines = [line for line in result.stderr.strip().splitlines() if line.strip()]
+    assert len(lines) == 1, result.stderr
+    for needle in needles:
+        assert needle in lines[0]
+
+
+def test_tasks_lists_every_task_with_a_description():
+    result = run("tasks")
+    assert result.returncode == 0
+    assert "Cartpole-Balance" in result.stdout and "Cartpole-Swingup" in result.stdout
+    assert "pole" in result.stdout
+
+
+def test_train_help_lists_the_tasks():
+    result = run("train", "--help")
+    assert result.returncode == 0
+    assert "Cartpole-Swingup" in result.stdout
+
+
+def test_train_task_help_lists_that_tasks_env_and_agent_flags():
+    result = run("train", "Cartpole-Swingup", "--help")
+    assert result.returncode == 0
+    for flag in (
+        "--env.num-envs",
+        "--env.swingup",
+        "--agent.max-iterations",
+        "--agent.algorithm.learning-rate",
+        "--gpu-ids",
+        "--cpu-workers",
+        "--num-envs",
+        "--seed",
+        "--max-iterations",
+    ):
+        assert flag in result.stdout, flag
+
+
+def test_unknown_task_names_the_closest_tasks():
+    assert_one_line_usage_error(run("train", "Cartpole-Balanse"), "unknown task", "Cartpole-Balance")
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--gpu-ids", "0"], "--gpu-ids None"),
+        (["--gpu-ids", "-1"], "-1"),
+        (["--num-envs", "0"], "--num-envs"),
+        (["--gpu-ids", "None", "--cpu-workers", "0"], "--cpu-workers"),
+        (["--max-iterations", "0"], "--max-iterations"),
+    ],
+)
+def test_bad_values_are_one_line_errors_with_exit_status_2(args, needle, tmp_path, monkeypatch, capsys):
+    from mjfleet.cli.train import main
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["Cartpole-Balance", *args])
+    err = capsys.readouterr().err
+    assert_one_line_usage_error(subprocess.CompletedProcess([], exit_info.value.code, "", err), needle)
+    assert not (tmp_path / "logs").exists()
+
+
+def test_train_writes_a_complete_run_directory(tmp_path):
+    result = run(
+        "train",
+        "Cartpole-Balance",
+        "--gpu-ids",
+        "None",
+        "--num-envs",
+        "32",
+        "--max-iterations",
+        "3",
+        "--agent.num-steps-per-env",
+        "8",
+        "--agent.save-interval",
+        "2",
+        "--run-name",
+        "smoke",
+        cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stderr
+    (run_dir,) = (tmp_path / "logs" / "cartpole_balance").iterdir()
+    assert run_dir.name.endswith("_smoke")
+    assert {"model_2.pt", "model_3.pt", "metrics.jsonl"} <= {p.name for p in run_dir.iterdir()}
+    env_cfg = yaml.safe_load((run_dir / "params" / "env.yaml").read_text())
+    agent_cfg = yaml.safe_load((run_dir / "params" / "agent.yaml").read_text())
+    assert env_cfg["num_envs"] == 32 and agent_cfg["max_iterations"] == 3
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert len(records) == 3 and records[-1]["env_steps"] == 3 * 8 * 32
+    summary = result.stdout.strip().splitlines()[-1]
+    assert summary.startswith("done: 3 iterations") and str(run_dir) in summary
