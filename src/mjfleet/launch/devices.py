@@ -1,0 +1,289 @@
+"""Decide the worker plan: which devices, how many worker processes, which backend, which hosts.
+
+Nothing here creates a CUDA context: the GPU count comes from ``torch.cuda.device_count()``, which asks
+NVML and does not initialise CUDA, so worker processes started later can still be given their own
+``CUDA_VISIBLE_DEVICES``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from dataclasses import dataclass
+from typing import Literal
+
+from mjfleet.errors import UsageError
+
+GpuId = int | str
+"""A GPU index (relative to CUDA_VISIBLE_DEVICES when it is set) or a GPU/MIG UUID string."""
+
+_ACCEPTED = "use GPU indices like `0 1`, `[0, 1]` or `0,1`, or `all`, or `None` for CPU"
+_CPU_WORDS = {"none", "cpu"}
+_UUID_PREFIXES = ("GPU-", "MIG-")
+
+
+@dataclass(frozen=True)
+class GpuRequest:
+    """What `--gpu-ids` asked for, before looking at the machine."""
+
+    mode: Literal["default", "cpu", "all", "ids"]
+    ids: tuple[GpuId, ...] = ()
+
+    def __str__(self) -> str:
+        if self.mode == "ids":
+            return " ".join(str(i) for i in self.ids)
+        return {"default": "(default)", "cpu": "None", "all": "all"}[self.mode]
+
+
+def parse_gpu_ids(tokens: list[str] | None) -> GpuRequest:
+    """Read the raw tokens after `--gpu-ids`; ``None`` (flag absent) means the default device choice.
+
+    Accepts ``0 1``, ``"[0, 1]"``, ``0,1``, ``all``, ``None``/``none``/``cpu`` and GPU/MIG UUIDs.
+    """
+    if tokens is None:
+        return GpuRequest("default")
+    # Commas, brackets and whitespace are all separators, so `[0, 1]` split by the shell into
+    # `[0,` and `1]` reads the same as the quoted form.
+    items = [t for t in re.split(r"[\s,\[\]()]+", " ".join(tokens)) if t]
+    items = [t.strip("'\"") for t in items]
+    items = [t for t in items if t]
+    if not items:
+        raise UsageError(f"--gpu-ids needs a value: {_ACCEPTED}")
+    words = {t.lower() for t in items}
+    if words & (_CPU_WORDS | {"all"}):
+        if len(items) > 1:
+            raise UsageError(f"--gpu-ids: {' '.join(items)!r} mixes a keyword with other values; {_ACCEPTED}")
+        return GpuRequest("all" if items[0].lower() == "all" else "cpu")
+
+    ids: list[GpuId] = []
+    for item in items:
+        gpu: GpuId
+        if item.upper().startswith(_UUID_PREFIXES):
+            gpu = item
+        elif re.fullmatch(r"[+-]?\d+", item):
+            gpu = int(item)
+            if gpu < 0:
+                raise UsageError(f"--gpu-ids: GPU index {gpu} is negative; indices start at 0")
+        else:
+            raise UsageError(f"--gpu-ids: cannot read {item!r}; {_ACCEPTED}")
+        if gpu in ids:
+            raise UsageError(f"--gpu-ids: GPU {gpu} is listed twice")
+        ids.append(gpu)
+    return GpuRequest("ids", tuple(ids))
+
+
+@dataclass(frozen=True)
+class WorkerPlan:
+    """Where the workers run: one entry of ``devices`` per worker process on each host."""
+
+    devices: tuple[str, ...]
+    """Torch device each local worker uses, as seen inside its own process, e.g. ("cuda:0", "cuda:1")."""
+    hosts: tuple[str, ...] = ("localhost",)
+    backend: Literal["nccl", "gloo"] = "gloo"
+    cuda_visible_devices: str | None = None
+    """CUDA_VISIBLE_DEVICES for worker processes (local rank i -> i-th entry); None in CPU mode."""
+    threads_per_worker: int = 1
+    """CPU threads per worker: this host's cores split among its workers (applied in CPU mode)."""
+    gpu_ids: tuple[GpuId, ...] = ()
+    """The selected GPUs as the user named them (indices relative to CUDA_VISIBLE_DEVICES, or UUIDs)."""
+    notice: str | None = None
+    """One line for the user when the plan is not what they asked for explicitly (default fell back to CPU)."""
+
+    def __post_init__(self) -> None:
+        if not self.devices or not self.hosts:
+            raise ValueError("a WorkerPlan needs at least one device and one host")
+
+    @property
+    def workers_per_host(self) -> int:
+        return len(self.devices)
+
+    @property
+    def world_size(self) -> int:
+        return self.workers_per_host * len(self.hosts)
+
+    @property
+    def is_cpu(self) -> bool:
+        return self.cuda_visible_devices is None
+
+    @property
+    def in_process(self) -> bool:
+        """One worker in total: run the function in the launching process, no torchrunx."""
+        return self.world_size == 1
+
+    def describe(self) -> str:
+        """One line for humans, e.g. "2 CPU workers (gloo) on localhost" or "GPU 0 (cuda:0), 1 worker"."""
+        n = self.world_size
+        workers = f"{n} worker{'s' if n > 1 else ''}"
+        where = self._where()
+        if self.is_cpu:
+            threads = f"{self.threads_per_worker} thread{'s' if self.threads_per_worker > 1 else ''}"
+            if self.in_process:
+                return f"CPU, 1 worker ({threads})"
+            return f"{n} CPU workers (gloo, {threads} each){where}"
+        gpus = ", ".join(str(g) for g in self.gpu_ids)
+        if self.in_process:
+            return f"GPU {gpus} ({self.devices[0]}), 1 worker"
+        per_host = " on each host" if len(self.hosts) > 1 else ""
+        return f"GPU{'s' if len(self.gpu_ids) > 1 else ''} {gpus}{per_host}, {workers} (nccl){where}"
+
+    def _where(self) -> str:
+        if self.hosts == ("localhost",):
+            return " on localhost"
+        return f" on {len(self.hosts)} host{'s' if len(self.hosts) > 1 else ''} ({', '.join(self.hosts)})"
+
+
+def make_plan(
+    request: GpuRequest,
+    cpu_workers: int = 1,
+    hosts: list[str] | None = None,
+    *,
+    cuda_device_count: int | None = None,
+) -> WorkerPlan:
+    """Turn a `--gpu-ids` request, `--cpu-workers` and `--hosts` into a checked :class:`WorkerPlan`.
+
+    ``cuda_device_count=None`` asks torch how many GPUs this process can see (without initialising CUDA).
+    Every host is assumed to look like this one (same GPU count, same CUDA_VISIBLE_DEVICES).
+    Raises :class:`UsageError` (one line) for anything the user has to fix.
+    """
+    if isinstance(cpu_workers, bool) or not isinstance(cpu_workers, int) or cpu_workers < 1:
+        raise UsageError(f"--cpu-workers must be a whole number >= 1, got {cpu_workers!r}")
+    host_names = _resolve_hosts(hosts)
+    count = _visible_gpu_count() if cuda_device_count is None else cuda_device_count
+    cores = _usable_cores()
+
+    notice = None
+    if request.mode == "default":
+        if count == 0:
+            notice = (
+                "no CUDA GPU found: running on CPU (pass --gpu-ids None to choose CPU without this notice)"
+            )
+            request = GpuRequest("cpu")
+        elif cpu_workers > 1:
+            raise UsageError(
+                f"--cpu-workers {cpu_workers} only applies with --gpu-ids None "
+                "(this machine has a GPU, so the default is GPU 0)"
+            )
+        else:
+            request = GpuRequest("ids", (0,))
+
+    if request.mode == "cpu":
+        return WorkerPlan(
+            devices=("cpu",) * cpu_workers,
+            hosts=host_names,
+            backend="gloo",
+            cuda_visible_devices=None,
+            threads_per_worker=max(1, cores // cpu_workers),
+            notice=notice,
+        )
+
+    if cpu_workers > 1:
+        raise UsageError(
+            f"--cpu-workers {cpu_workers} only applies with --gpu-ids None; on GPUs there is one worker per GPU"
+        )
+    if count == 0:
+        raise UsageError(
+            f"--gpu-ids {request}: no CUDA GPU is visible on this machine; use --gpu-ids None to run on CPU"
+        )
+    ids = tuple(range(count)) if request.mode == "all" else request.ids
+    visible = _cuda_visible_entries()
+    physical = tuple(_physical_gpu(g, count, visible) for g in ids)
+    in_process = len(ids) * len(host_names) == 1
+    if in_process:
+        devices = (f"cuda:{_index_in_this_process(ids[0], visible)}",)
+    else:
+        devices = tuple(f"cuda:{k}" for k in range(len(ids)))
+    return WorkerPlan(
+        devices=devices,
+        hosts=host_names,
+        backend="nccl",
+        cuda_visible_devices=",".join(physical),
+        threads_per_worker=max(1, cores // len(ids)),
+        gpu_ids=ids,
+        notice=notice,
+    )
+
+
+def _physical_gpu(gpu: GpuId, count: int, visible: list[str] | None) -> str:
+    """The CUDA_VISIBLE_DEVICES entry that names `gpu` for a fresh process."""
+    if isinstance(gpu, str):
+        return gpu
+    if gpu >= count:
+        where = f" (CUDA_VISIBLE_DEVICES={','.join(visible)})" if visible is not None else ""
+        valid = f"valid ids are 0..{count - 1}" if count > 1 else "the only valid id is 0"
+        raise UsageError(f"--gpu-ids: there is no GPU {gpu}: {count} GPU(s) visible{where}, {valid}")
+    return visible[gpu] if visible is not None and gpu < len(visible) else str(gpu)
+
+
+def _index_in_this_process(gpu: GpuId, visible: list[str] | None) -> int:
+    """The cuda:<index> of `gpu` in the launching process, whose CUDA_VISIBLE_DEVICES cannot change any more."""
+    if isinstance(gpu, int):
+        return gpu
+    if visible is not None and gpu in visible:
+        return visible.index(gpu)
+    # Selecting a UUID needs CUDA_VISIBLE_DEVICES set before CUDA starts, which only a fresh process guarantees.
+    raise UsageError(
+        f"--gpu-ids {gpu}: a GPU UUID that is not in CUDA_VISIBLE_DEVICES can only select GPUs for several "
+        f"workers; for one GPU run with CUDA_VISIBLE_DEVICES={gpu} (the default then uses it)"
+    )
+
+
+def _cuda_visible_entries() -> list[str] | None:
+    value = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if value is None:
+        return None
+    return [e.strip() for e in value.split(",") if e.strip()]
+
+
+def _visible_gpu_count() -> int:
+    try:
+        import torch
+
+        return torch.cuda.device_count()
+    except Exception:  # a broken driver means "no GPU" here, not a crash
+        return 0
+
+
+def _usable_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))  # respects taskset/cgroup pinning, unlike os.cpu_count()
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
+def _resolve_hosts(hosts: list[str] | None) -> tuple[str, ...]:
+    names = [h.strip() for h in (hosts or []) if h.strip()]
+    if not names:
+        return ("localhost",)
+    if "slurm" in names:
+        if len(names) > 1:
+            raise UsageError(
+                "--hosts slurm takes the hosts from the SLURM allocation; do not list others with it"
+            )
+        return _slurm_hosts()
+    duplicates = sorted({h for h in names if names.count(h) > 1})
+    if duplicates:
+        raise UsageError(
+            f"--hosts: {', '.join(duplicates)} listed twice; each host runs all its workers once"
+        )
+    return tuple(names)
+
+
+def _slurm_hosts() -> tuple[str, ...]:
+    """The allocation's node names, found the way torchrunx does (`scontrol show hostnames`)."""
+    from torchrunx.utils.environment import in_slurm_job, slurm_hosts
+
+    if not in_slurm_job():
+        raise UsageError(
+            "--hosts slurm: not inside a SLURM allocation (SLURM_JOB_ID is not set); "
+            "run under salloc/sbatch, or list hosts by name"
+        )
+    try:
+        names = [h for h in slurm_hosts() if h]
+    except (OSError, subprocess.SubprocessError, RuntimeError) as exc:  # scontrol missing or failing
+        raise UsageError(
+            f"--hosts slurm: could not list the allocation's nodes with scontrol: {exc}"
+        ) from None
+    if not names:
+        raise UsageError("--hosts slurm: scontrol listed no nodes for this allocation")
+    return tuple(names)

@@ -1,0 +1,219 @@
+"""What runs inside each worker: who am I (rank, device), seeding, process group and device setup.
+
+A worker function started by :func:`mjfleet.launch.launcher.run_workers` typically begins with::
+
+    ctx = WorkerContext.from_env(plan)
+    setup_worker(ctx, plan)
+    torch.manual_seed(seed_for(seed, ctx))
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+import time
+import traceback
+from collections.abc import Mapping
+from dataclasses import dataclass
+from logging.handlers import SocketHandler
+from typing import Any, NoReturn
+
+import torch
+import torch.distributed as dist
+
+from mjfleet.launch.devices import WorkerPlan
+
+FAILURE_EXIT_CODE = 1
+INTERRUPT_EXIT_CODE = 130
+LOST_PEER_DELAY_S = 3.0
+"""How long a worker whose collective failed waits before reporting: long enough for the agent (which
+polls every second) to see the worker that failed first, so that one is named as the cause."""
+
+PREFIXED_ATTR = "mjfleet_rank_prefixed"
+"""Log-record attribute marking a message that already starts with "[rank N]" (see launcher's console)."""
+
+
+@dataclass(frozen=True)
+class WorkerContext:
+    """This process's place in the run: global rank, rank on its host, total workers, torch device."""
+
+    rank: int
+    local_rank: int
+    world_size: int
+    device: str
+    backend: str
+
+    @property
+    def is_main(self) -> bool:
+        """Rank 0: the only worker that writes the run directory and prints progress."""
+        return self.rank == 0
+
+    @property
+    def is_distributed(self) -> bool:
+        return self.world_size > 1
+
+    @classmethod
+    def from_env(cls, plan: WorkerPlan, environ: Mapping[str, str] | None = None) -> WorkerContext:
+        """Read RANK, LOCAL_RANK, WORLD_SIZE (defaults 0, 0, 1); the device is the plan's for this local rank."""
+        env = os.environ if environ is None else environ
+        rank = int(env.get("RANK", "0"))
+        local_rank = int(env.get("LOCAL_RANK", "0"))
+        world_size = int(env.get("WORLD_SIZE", "1"))
+        if not 0 <= local_rank < plan.workers_per_host:
+            raise RuntimeError(
+                f"LOCAL_RANK={local_rank} but the plan has {plan.workers_per_host} worker(s) per host"
+            )
+        if world_size != plan.world_size:
+            raise RuntimeError(f"WORLD_SIZE={world_size} but the plan has {plan.world_size} worker(s)")
+        return cls(rank, local_rank, world_size, plan.devices[local_rank], plan.backend)
+
+
+def seed_for(base_seed: int, ctx: WorkerContext) -> int:
+    """Each worker's seed: the base seed plus the GLOBAL rank, so hosts never repeat each other's data."""
+    return base_seed + ctx.rank
+
+
+def setup_worker(ctx: WorkerContext, plan: WorkerPlan) -> None:
+    """Prepare this process for its share of the work; safe to call more than once.
+
+    CPU: ``torch.set_num_threads(plan.threads_per_worker)``. GPU: make the worker's GPU the current
+    CUDA device and point MuJoCo's EGL renderer at the same GPU. Several workers: make sure the
+    default process group exists (torchrunx normally created it already, with the plan's backend).
+    """
+    if plan.is_cpu:
+        torch.set_num_threads(plan.threads_per_worker)
+    else:
+        torch.cuda.set_device(torch.device(ctx.device))
+        assert plan.cuda_visible_devices is not None
+        physical = plan.cuda_visible_devices.split(",")[ctx.local_rank]
+        index_here = torch.device(ctx.device).index or 0
+        egl = egl_device_id(physical, index_here, os.environ.get("CUDA_VISIBLE_DEVICES"))
+        if egl is not None:
+            os.environ["MUJOCO_EGL_DEVICE_ID"] = egl
+    if ctx.is_distributed and not dist.is_initialized():
+        dist.init_process_group(
+            backend=ctx.backend, init_method="env://", rank=ctx.rank, world_size=ctx.world_size
+        )
+
+
+def egl_device_id(physical: str, index_here: int, cuda_visible_devices: str | None) -> str | None:
+    """MUJOCO_EGL_DEVICE_ID naming one GPU, or None when it has no number (a UUID).
+
+    ``physical`` is the GPU's CUDA_VISIBLE_DEVICES entry for a fresh process, ``index_here`` its cuda:<index>
+    in this process, ``cuda_visible_devices`` this process's CUDA_VISIBLE_DEVICES.
+    """
+    if not physical.isdigit():
+        return None
+    visible = [v.strip() for v in (cuda_visible_devices or "").split(",") if v.strip()]
+    # mujoco's EGL loader reads a number below len(CUDA_VISIBLE_DEVICES) as an index into it and a larger one
+    # as a physical id. The physical id is right unless it is also a valid index that points elsewhere.
+    if int(physical) < len(visible) and visible[int(physical)] != physical:
+        return str(index_here)
+    return physical
+
+
+def worker_main(plan: WorkerPlan, payload: bytes) -> Any:
+    """Entry point of every torchrunx worker: run the pickled ``(fn, args, kwargs)``, fail fast on errors.
+
+    Unpickling happens here rather than in the torchrunx agent, so a function whose module cannot be
+    imported is reported like any other worker error. Any exception is printed as "[rank N] <traceback>",
+    recorded as this process's failure message for the agent (torch elastic's error file), and the process
+    exits at once with a non-zero code: the agent then stops the other workers instead of letting them
+    wait in a collective until the process-group timeout. Only rank 0's return value is sent back.
+    """
+    import cloudpickle
+
+    # Worker stdout is a pipe to torchrunx's log forwarder; line buffering keeps rank 0's prints live.
+    if hasattr(sys.stdout, "reconfigure"):
+        sys.stdout.reconfigure(line_buffering=True)
+    rank = int(os.environ.get("RANK", "0"))
+    # torchrunx ships every record at or above the root level to the launcher; DEBUG chatter from libraries
+    # would cost socket traffic only to be dropped there.
+    logging.getLogger().setLevel(min(logging.INFO, log_level_from_env()))
+    try:
+        fn, args, kwargs = cloudpickle.loads(payload)
+        result = fn(*args, **kwargs)
+    except SystemExit as exc:
+        if exc.code in (None, 0):
+            result = None
+        else:
+            _fail(rank, exc, FAILURE_EXIT_CODE)
+    except KeyboardInterrupt as exc:
+        _fail(rank, exc, INTERRUPT_EXIT_CODE)
+    except BaseException as exc:  # noqa: BLE001 - every failure must end this process promptly
+        _fail(rank, exc, FAILURE_EXIT_CODE)
+    if dist.is_initialized():
+        try:
+            dist.destroy_process_group()
+        except Exception:  # noqa: BLE001 - the work is done; a teardown hiccup must not turn it into a failure
+            pass
+    return result if rank == 0 else None
+
+
+def log_level_from_env() -> int:
+    """TORCHRUNX_LOG_LEVEL (a level name or number; default INFO), the level of the worker log files."""
+    value = os.environ.get("TORCHRUNX_LOG_LEVEL", "INFO")
+    if value.isdigit():
+        return int(value)
+    level = logging.getLevelNamesMapping().get(value)
+    if level is None:
+        raise ValueError(f"TORCHRUNX_LOG_LEVEL={value!r}: use a level name like INFO or DEBUG, or a number")
+    return level
+
+
+def failure_summary(exc: BaseException) -> str:
+    """One line naming an exception: "ValueError: message" (first line of the message only)."""
+    text = str(exc).strip().splitlines()
+    line = f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
+    if isinstance(exc, ImportError):
+        line += " (workers import the function by module name: is its module on PYTHONPATH on every host?)"
+    return line
+
+
+def _fail(rank: int, exc: BaseException, exit_code: int) -> NoReturn:
+    if _lost_a_peer(exc):
+        # Most likely another worker died and took the collective down with it. Give the agent time to
+        # notice that worker first; it stops this one meanwhile, sparing the console a second traceback.
+        time.sleep(LOST_PEER_DELAY_S)
+    if isinstance(exc, KeyboardInterrupt):
+        report = f"[rank {rank}] interrupted"  # a traceback per worker would only bury the cause
+    else:
+        report = f"[rank {rank}] " + "".join(traceback.format_exception(exc)).rstrip()
+    _write_error_file(f"[rank {rank}] {failure_summary(exc)}")
+    root = logging.getLogger()
+    if any(isinstance(h, SocketHandler) for h in root.handlers):
+        # Logged directly (synchronously over torchrunx's log socket): text written to stderr goes through
+        # a pipe and a reader thread, and would be lost by the os._exit below.
+        root.error(report, extra={PREFIXED_ATTR: True})
+    else:
+        print(report, file=sys.stderr)
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(exit_code)
+
+
+def _lost_a_peer(exc: BaseException) -> bool:
+    """Whether `exc` looks like a collective that failed because another process went away."""
+    if isinstance(exc, dist.DistError):
+        return True
+    text = str(exc)
+    return isinstance(exc, RuntimeError) and any(
+        needle in text for needle in ("by peer", "gloo", "NCCL", "ProcessGroup", "Broken pipe")
+    )
+
+
+def _write_error_file(message: str) -> None:
+    """Leave the failure message where torch elastic looks for it; torchrunx hands it to the launcher."""
+    path = os.environ.get("TORCHELASTIC_ERROR_FILE")
+    if not path:
+        return
+    try:
+        with open(path, "w") as f:
+            json.dump({"message": message, "timestamp": str(int(time.time()))}, f)
+    except OSError:
+        pass

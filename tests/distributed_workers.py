@@ -1,0 +1,94 @@
+"""Worker functions for tests/test_distributed.py: run inside real torchrunx worker processes."""
+
+from __future__ import annotations
+
+import pathlib
+
+import torch
+import torch.distributed as dist
+import warp as wp
+
+from mjfleet.launch.worker import WorkerContext, seed_for, setup_worker
+from mjfleet.rl import FleetRunner
+from mjfleet.tasks import get_task
+
+NUM_ENVS = 16
+STEPS = 8
+
+
+def build_runner(num_envs: int, seed: int, *, average_gradients: bool = True, single_update: bool = False):
+    spec = get_task("Cartpole-Balance")
+    cfg = spec.env_config()
+    cfg.num_envs = num_envs
+    agent = spec.agent_config()
+    agent.num_steps_per_env = STEPS
+    agent.logger = "none"
+    agent.consistency_check_interval = 1
+    if single_update:  # one full-batch gradient step: comparable with one process holding all the data
+        agent.algorithm.num_learning_epochs = 1
+        agent.algorithm.num_mini_batches = 1
+        agent.algorithm.schedule = "fixed"
+    torch.manual_seed(seed)
+    wp.config.log_level = wp.LOG_WARNING
+    env = spec.make_env(cfg, "cpu")
+    return FleetRunner(env, agent, None, "cpu", average_gradients=average_gradients, log_format="compact")
+
+
+def _gather(tensor: torch.Tensor) -> list[torch.Tensor]:
+    out = [torch.empty_like(tensor) for _ in range(dist.get_world_size())]
+    dist.all_gather(out, tensor)
+    return out
+
+
+def train_and_compare(plan, average_gradients: bool) -> dict:
+    """Train 3 iterations on each rank; report whether parameters and environment data match across ranks."""
+    ctx = WorkerContext.from_env(plan)
+    setup_worker(ctx, plan)
+    runner = build_runner(NUM_ENVS, seed_for(0, ctx), average_gradients=average_gradients)
+    first_obs = runner.env.get_observations()["critic"].clone()
+    if not average_gradients:
+        runner.agent_cfg.consistency_check_interval = 0  # drifting apart is the point of this run
+    runner.learn(3)
+    params = torch.cat([p.detach().reshape(-1) for p in runner._policy_parameters()])
+    all_params, all_obs = _gather(params), _gather(first_obs)
+    return {
+        "rank": ctx.rank,
+        "world_size": ctx.world_size,
+        "params_identical": all(torch.equal(p, all_params[0]) for p in all_params),
+        "env_data_identical": all(torch.equal(o, all_obs[0]) for o in all_obs),
+        "seeds": [int(s) for s in _gather(torch.tensor([seed_for(0, ctx)]))],
+    }
+
+
+def rollout(runner: FleetRunner) -> None:
+    """One rollout into the runner's storage, exactly as FleetRunner.learn collects it."""
+    obs = runner.env.get_observations()
+    with torch.inference_mode():
+        for _ in range(STEPS):
+            actions = runner.alg.act(obs)
+            obs, rewards, dones, extras = runner.env.step(actions)
+            runner.alg.process_env_step(obs, rewards, dones, extras)
+        runner.alg.compute_returns(obs)
+
+
+STORAGE_FIELDS = ("actions", "rewards", "dones", "values", "actions_log_prob", "returns", "advantages")
+
+
+def averaged_update(plan, out_dir: str) -> dict:
+    """Each rank: rollout, save its data and the initial parameters, do one PPO update with averaging."""
+    ctx = WorkerContext.from_env(plan)
+    setup_worker(ctx, plan)
+    runner = build_runner(NUM_ENVS, seed_for(0, ctx), single_update=True)
+    runner.alg.broadcast_parameters()
+    rollout(runner)
+    storage = runner.alg.storage
+    saved = {name: getattr(storage, name).clone() for name in STORAGE_FIELDS}
+    saved["observations"] = storage.observations.clone()
+    saved["distribution_params"] = tuple(p.clone() for p in storage.distribution_params)
+    saved["initial_actor"] = {k: v.clone() for k, v in runner.alg.get_policy().state_dict().items()}
+    saved["initial_critic"] = {k: v.clone() for k, v in runner.alg.critic.state_dict().items()}
+    runner.alg.update()
+    saved["final_actor"] = runner.alg.get_policy().state_dict()
+    torch.save(saved, pathlib.Path(out_dir) / f"rank{ctx.rank}.pt")
+    dist.barrier()
+    return {"rank": ctx.rank}

@@ -1,0 +1,24 @@
+"""A task registered through MJFLEET_TASK_MODULES whose rank-1 worker raises: tests fail-fast launching."""
+
+import os
+
+from mjfleet.tasks.cartpole import CartpoleConfig, CartpoleEnv, _agent
+from mjfleet.tasks.registry import TaskSpec, register
+
+
+class FailOnRank1(CartpoleEnv):
+    def __init__(self, cfg, device="cpu"):
+        if os.environ.get("RANK") == "1":
+            raise RuntimeError("deliberate failure on rank 1")
+        super().__init__(cfg, device)
+
+
+register(
+    TaskSpec(
+        name="Test-FailOnRank1",
+        description="Cartpole whose rank-1 worker raises while building its environment (tests only).",
+        env_class=FailOnRank1,
+        env_config=CartpoleConfig,
+        agent_config=lambda: _agent("test_fail", max_iterations=5),
+    )
+)

@@ -1,0 +1,153 @@
+"""Data-parallel training with real worker processes: 2 CPU workers over gloo, through the users' launcher."""
+
+import json
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+from mjfleet.launch.devices import make_plan, parse_gpu_ids
+from mjfleet.launch.launcher import run_workers
+
+TESTS = pathlib.Path(__file__).resolve().parent
+
+
+@pytest.fixture
+def plan(monkeypatch):
+    # Workers import their function's module by name: put tests/ on their path.
+    monkeypatch.setenv("PYTHONPATH", f"{TESTS}:{':'.join(sys.path)}")
+    return make_plan(parse_gpu_ids(["None"]), cpu_workers=2)
+
+
+def test_ranks_end_with_identical_parameters_while_their_environments_differ(plan):
+    import distributed_workers as w
+
+    result = run_workers(plan, w.train_and_compare, plan, True, log_dir="")
+    assert result["world_size"] == 2 and result["seeds"] == [0, 1]
+    assert result["params_identical"]
+    assert not result["env_data_identical"]
+
+
+def test_without_gradient_averaging_the_ranks_drift_apart(plan):
+    import distributed_workers as w
+
+    result = run_workers(plan, w.train_and_compare, plan, False, log_dir="")
+    assert not result["params_identical"]
+
+
+def test_averaged_update_equals_one_process_update_on_both_ranks_data(plan, tmp_path):
+    import distributed_workers as w
+
+    run_workers(plan, w.averaged_update, plan, str(tmp_path), log_dir="")
+    ranks = [torch.load(tmp_path / f"rank{r}.pt", weights_only=False) for r in (0, 1)]
+    assert torch.equal(ranks[0]["final_actor"]["mlp.0.weight"], ranks[1]["final_actor"]["mlp.0.weight"])
+
+    single = w.build_runner(2 * w.NUM_ENVS, seed=0, single_update=True)
+    single.alg.get_policy().load_state_dict(ranks[0]["initial_actor"])
+    single.alg.critic.load_state_dict(ranks[0]["initial_critic"])
+    storage = single.alg.storage
+    for name in w.STORAGE_FIELDS:
+        getattr(storage, name).copy_(torch.cat([r[name] for r in ranks], dim=1))
+    storage.observations.copy_(torch.cat([r["observations"] for r in ranks], dim=1))
+    storage.distribution_params = tuple(
+        torch.cat([r["distribution_params"][i] for r in ranks], dim=1) for i in range(2)
+    )
+    storage.step = w.STEPS
+    single.alg.update()
+    # Same update up to float32 summation order: Adam moves each parameter by about the learning rate (1e-3),
+    # so a 2e-5 tolerance is 2% of one step.
+    for key, value in single.alg.get_policy().state_dict().items():
+        torch.testing.assert_close(value, ranks[0]["final_actor"][key], atol=2e-5, rtol=1e-4)
+    # And the update really moved the parameters.
+    assert not torch.equal(ranks[0]["final_actor"]["mlp.0.weight"], ranks[0]["initial_actor"]["mlp.0.weight"])
+
+
+# --------------------------------------------------------------------------- the train command, 2 CPU workers
+BIN = pathlib.Path(sys.executable).parent
+SMALL = ["--gpu-ids", "None", "--cpu-workers", "2", "--num-envs", "16", "--agent.num-steps-per-env", "8"]
+
+
+def _processes_in(directory: pathlib.Path) -> list[int]:
+    """PIDs of live processes whose working directory is `directory` (every process of a run started there)."""
+    pids = []
+    for proc in pathlib.Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                if pathlib.Path(os.readlink(proc / "cwd")) == directory:
+                    pids.append(int(proc.name))
+            except OSError:
+                continue
+    return pids
+
+
+def _wait_gone(directory: pathlib.Path, timeout: float) -> list[int]:
+    deadline = time.monotonic() + timeout
+    while (left := _processes_in(directory)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return left
+
+
+def test_two_cpu_workers_write_one_run_directory_with_global_counts(tmp_path):
+    result = subprocess.run(
+        [str(BIN / "train"), "Cartpole-Balance", *SMALL, "--max-iterations", "2"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    (run_dir,) = (tmp_path / "logs" / "cartpole_balance").iterdir()
+    assert "2 workers x 16 envs = 32 envs" in result.stdout
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [r["iteration"] for r in records] == [0, 1]  # one writer: no duplicated lines
+    assert records[-1]["env_steps"] == 2 * 8 * 16 * 2
+    assert len(list(run_dir.glob("events.out.tfevents.*"))) == 1
+
+
+def test_a_failing_worker_ends_train_quickly_with_that_ranks_traceback(tmp_path):
+    env = {
+        **os.environ,
+        "MJFLEET_TASK_MODULES": "failing_task",
+        "PYTHONPATH": f"{TESTS}:{':'.join(sys.path)}",
+    }
+    start = time.monotonic()
+    result = subprocess.run(
+        [str(BIN / "train"), "Test-FailOnRank1", *SMALL, "--max-iterations", "50"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
+    elapsed = time.monotonic() - start
+    assert result.returncode != 0
+    assert "[rank 1]" in result.stderr and "deliberate failure on rank 1" in result.stderr
+    assert "Traceback" in result.stderr  # the failing rank's traceback is shown
+    assert elapsed < 60, f"took {elapsed:.0f} s"  # includes starting python + torch in 2 workers on 2 cores
+    assert _wait_gone(tmp_path, 5) == []
+
+
+def test_sigterm_to_train_leaves_no_process_behind(tmp_path):
+    proc = subprocess.Popen(
+        [str(BIN / "train"), "Cartpole-Balance", *SMALL, "--max-iterations", "100000"],
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 180
+        while not list(tmp_path.glob("logs/*/*/metrics.jsonl")) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert list(tmp_path.glob("logs/*/*/metrics.jsonl")), "training never started"
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=10)
+        assert proc.returncode != 0
+        assert _wait_gone(tmp_path, 10) == []
+    finally:
+        if proc.poll() is None:
+            proc.kill()

@@ -1,0 +1,299 @@
+"""Specification of --gpu-ids parsing and of the worker plan (devices, backend, hosts, threads)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from mjfleet.errors import UsageError
+from mjfleet.launch import devices
+from mjfleet.launch.devices import GpuRequest, WorkerPlan, make_plan, parse_gpu_ids
+
+
+@pytest.fixture(autouse=True)
+def no_cuda_visible_devices(monkeypatch):
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+
+
+# --- parse_gpu_ids: accepted forms ----------------------------------------------------------------------
+
+
+def test_absent_flag_means_default():
+    assert parse_gpu_ids(None) == GpuRequest("default")
+
+
+@pytest.mark.parametrize(
+    "tokens",
+    [["0", "1"], ["[0, 1]"], ["[0,1]"], ["0,1"], ["[0,", "1]"], ["(0, 1)"], ["'0'", "'1'"]],
+    ids=["space-separated", "list-with-space", "list", "comma", "list-split-by-shell", "tuple", "quoted"],
+)
+def test_every_list_form_reads_as_the_same_ids(tokens):
+    assert parse_gpu_ids(tokens) == GpuRequest("ids", (0, 1))
+
+
+def test_ids_keep_their_order():
+    assert parse_gpu_ids(["2", "0"]).ids == (2, 0)
+
+
+@pytest.mark.parametrize("word", ["all", "ALL", "All"])
+def test_all_selects_every_gpu(word):
+    assert parse_gpu_ids([word]) == GpuRequest("all")
+
+
+@pytest.mark.parametrize("word", ["None", "none", "cpu", "CPU", "[None]"])
+def test_none_and_cpu_select_cpu(word):
+    assert parse_gpu_ids([word]) == GpuRequest("cpu")
+
+
+def test_gpu_and_mig_uuids_stay_strings():
+    mig = "MIG-4f7c2a1e-1b2c-5d6e-8f90-123456789abc"
+    gpu = "GPU-0b1c2d3e-aaaa-bbbb-cccc-ddddeeeeffff"
+    assert parse_gpu_ids([mig, gpu]).ids == (mig, gpu)
+
+
+# --- parse_gpu_ids: errors ------------------------------------------------------------------------------
+
+
+def test_negative_id_is_rejected():
+    with pytest.raises(UsageError, match="negative"):
+        parse_gpu_ids(["-1"])
+
+
+def test_duplicate_id_is_rejected():
+    with pytest.raises(UsageError, match="GPU 1 is listed twice"):
+        parse_gpu_ids(["1", "0", "1"])
+
+
+@pytest.mark.parametrize("token", ["abc", "gpu0", "1.5", "cuda:0"])
+def test_garbage_is_rejected_with_the_accepted_forms(token):
+    with pytest.raises(UsageError) as err:
+        parse_gpu_ids([token])
+    message = str(err.value)
+    assert repr(token) in message and "`0 1`" in message and "all" in message and "None" in message
+
+
+def test_empty_value_is_rejected():
+    with pytest.raises(UsageError, match="needs a value"):
+        parse_gpu_ids(["[]"])
+
+
+def test_keyword_mixed_with_ids_is_rejected():
+    with pytest.raises(UsageError, match="mixes a keyword"):
+        parse_gpu_ids(["all", "0"])
+
+
+def test_errors_are_one_line():
+    for tokens in (["-1"], ["0", "0"], ["x"], [], ["all", "0"]):
+        with pytest.raises(UsageError) as err:
+            parse_gpu_ids(tokens)
+        assert "\n" not in str(err.value)
+
+
+# --- make_plan: GPUs ------------------------------------------------------------------------------------
+
+
+def test_two_gpu_ids_give_two_nccl_workers_one_per_gpu():
+    plan = make_plan(parse_gpu_ids(["0", "1"]), cuda_device_count=2)
+    assert plan.devices == ("cuda:0", "cuda:1")
+    assert plan.backend == "nccl"
+    assert plan.cuda_visible_devices == "0,1"
+    assert (plan.workers_per_host, plan.world_size, plan.is_cpu, plan.in_process) == (2, 2, False, False)
+
+
+def test_one_gpu_runs_in_process_on_that_gpu():
+    plan = make_plan(parse_gpu_ids(["1"]), cuda_device_count=2)
+    assert plan.in_process
+    assert plan.devices == ("cuda:1",)
+    assert plan.cuda_visible_devices == "1"
+
+
+def test_all_selects_every_visible_gpu():
+    plan = make_plan(parse_gpu_ids(["all"]), cuda_device_count=3)
+    assert plan.devices == ("cuda:0", "cuda:1", "cuda:2")
+    assert plan.gpu_ids == (0, 1, 2)
+
+
+def test_ids_index_into_cuda_visible_devices(monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,5")
+    plan = make_plan(parse_gpu_ids(["1"]), cuda_device_count=2)
+    assert plan.cuda_visible_devices == "5"  # physical GPU for fresh processes
+    assert plan.devices == ("cuda:1",)  # index as this process already sees it
+
+
+def test_worker_processes_see_only_their_selected_gpus(monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,5,7")
+    plan = make_plan(parse_gpu_ids(["2", "0"]), cuda_device_count=3)
+    assert plan.cuda_visible_devices == "7,3"
+    assert plan.devices == ("cuda:0", "cuda:1")  # local rank i -> i-th selected GPU
+
+
+def test_uuid_listed_in_cuda_visible_devices_resolves_to_its_index(monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "MIG-a,MIG-b")
+    plan = make_plan(parse_gpu_ids(["MIG-b"]), cuda_device_count=2)
+    assert plan.devices == ("cuda:1",)
+    assert plan.cuda_visible_devices == "MIG-b"
+
+
+def test_uuids_pass_through_to_worker_processes():
+    plan = make_plan(parse_gpu_ids(["MIG-a", "MIG-b"]), cuda_device_count=1)
+    assert plan.cuda_visible_devices == "MIG-a,MIG-b"
+    assert plan.devices == ("cuda:0", "cuda:1")
+
+
+def test_single_unlisted_uuid_in_process_is_rejected_with_the_alternative():
+    with pytest.raises(UsageError, match="CUDA_VISIBLE_DEVICES=MIG-a"):
+        make_plan(parse_gpu_ids(["MIG-a"]), cuda_device_count=1)
+
+
+def test_id_out_of_range_says_how_many_gpus_and_which_ids_are_valid():
+    with pytest.raises(UsageError) as err:
+        make_plan(parse_gpu_ids(["0", "2"]), cuda_device_count=2)
+    message = str(err.value)
+    assert "no GPU 2" in message and "2 GPU(s) visible" in message and "0..1" in message
+
+
+def test_id_out_of_range_mentions_cuda_visible_devices_when_set(monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4")
+    with pytest.raises(UsageError, match=r"CUDA_VISIBLE_DEVICES=4.*only valid id is 0"):
+        make_plan(parse_gpu_ids(["1"]), cuda_device_count=1)
+
+
+@pytest.mark.parametrize("tokens", [["0"], ["all"]])
+def test_gpus_on_a_machine_without_cuda_suggest_cpu(tokens):
+    with pytest.raises(UsageError, match="--gpu-ids None"):
+        make_plan(parse_gpu_ids(tokens), cuda_device_count=0)
+
+
+def test_cpu_workers_with_gpu_ids_are_rejected():
+    with pytest.raises(UsageError, match="only applies with --gpu-ids None"):
+        make_plan(parse_gpu_ids(["0"]), cpu_workers=2, cuda_device_count=1)
+
+
+# --- make_plan: default and CPU -------------------------------------------------------------------------
+
+
+def test_default_uses_gpu_0_when_cuda_is_available():
+    plan = make_plan(parse_gpu_ids(None), cuda_device_count=4)
+    assert plan.devices == ("cuda:0",) and plan.notice is None
+
+
+def test_default_falls_back_to_cpu_with_a_one_line_notice():
+    plan = make_plan(parse_gpu_ids(None), cuda_device_count=0)
+    assert plan.devices == ("cpu",) and plan.backend == "gloo" and plan.cuda_visible_devices is None
+    assert plan.notice and "CPU" in plan.notice and "\n" not in plan.notice
+
+
+@pytest.mark.skipif(torch.cuda.device_count() > 0, reason="this machine has a GPU")
+def test_default_falls_back_to_cpu_on_this_machine():
+    plan = make_plan(parse_gpu_ids(None))
+    assert plan.is_cpu and plan.notice is not None
+
+
+def test_default_with_cpu_workers_on_a_gpu_machine_is_rejected():
+    with pytest.raises(UsageError, match="--cpu-workers 2 only applies with --gpu-ids None"):
+        make_plan(parse_gpu_ids(None), cpu_workers=2, cuda_device_count=1)
+
+
+def test_default_with_cpu_workers_on_a_cpu_machine_runs_that_many_cpu_workers():
+    plan = make_plan(parse_gpu_ids(None), cpu_workers=2, cuda_device_count=0)
+    assert plan.devices == ("cpu", "cpu")
+
+
+def test_cpu_request_ignores_gpus():
+    plan = make_plan(parse_gpu_ids(["None"]), cuda_device_count=8)
+    assert plan.is_cpu and plan.devices == ("cpu",) and plan.notice is None
+
+
+def test_cpu_workers_give_that_many_gloo_workers():
+    plan = make_plan(parse_gpu_ids(["cpu"]), cpu_workers=3, cuda_device_count=0)
+    assert plan.devices == ("cpu",) * 3 and plan.backend == "gloo" and plan.world_size == 3
+
+
+def test_cpu_cores_are_split_among_cpu_workers(monkeypatch):
+    monkeypatch.setattr(devices, "_usable_cores", lambda: 8)
+    assert make_plan(parse_gpu_ids(["None"]), cpu_workers=3).threads_per_worker == 2
+    assert make_plan(parse_gpu_ids(["None"]), cpu_workers=1).threads_per_worker == 8
+
+
+def test_every_cpu_worker_gets_at_least_one_thread(monkeypatch):
+    monkeypatch.setattr(devices, "_usable_cores", lambda: 2)
+    assert make_plan(parse_gpu_ids(["None"]), cpu_workers=5).threads_per_worker == 1
+
+
+@pytest.mark.parametrize("bad", [0, -2])
+def test_cpu_workers_below_one_are_rejected(bad):
+    with pytest.raises(UsageError, match="--cpu-workers must be"):
+        make_plan(parse_gpu_ids(["None"]), cpu_workers=bad)
+
+
+def test_cpu_plan_never_initialises_cuda():
+    from mjfleet.launch.launcher import run_workers
+    from mjfleet.launch.worker import WorkerContext, setup_worker
+
+    plan = make_plan(parse_gpu_ids(["None"]))
+
+    def work():
+        ctx = WorkerContext.from_env(plan)
+        setup_worker(ctx, plan)
+        return torch.ones(2, device=ctx.device).sum().item()
+
+    assert run_workers(plan, work) == 2.0
+    assert not torch.cuda.is_initialized()
+
+
+# --- hosts ----------------------------------------------------------------------------------------------
+
+
+def test_hosts_default_to_localhost():
+    assert make_plan(parse_gpu_ids(["None"]), hosts=None).hosts == ("localhost",)
+    assert make_plan(parse_gpu_ids(["None"]), hosts=[]).hosts == ("localhost",)
+
+
+def test_world_size_counts_workers_on_every_host():
+    plan = make_plan(parse_gpu_ids(["None"]), cpu_workers=2, hosts=["h1", "h2", "h3"])
+    assert (plan.hosts, plan.workers_per_host, plan.world_size) == (("h1", "h2", "h3"), 2, 6)
+    assert not plan.in_process
+
+
+def test_one_gpu_on_each_of_two_hosts_uses_worker_processes():
+    plan = make_plan(parse_gpu_ids(["1"]), hosts=["h1", "h2"], cuda_device_count=2)
+    assert plan.devices == ("cuda:0",) and plan.cuda_visible_devices == "1" and plan.world_size == 2
+
+
+def test_duplicate_hosts_are_rejected():
+    with pytest.raises(UsageError, match="h1 listed twice"):
+        make_plan(parse_gpu_ids(["None"]), hosts=["h1", "h2", "h1"])
+
+
+def test_slurm_hosts_outside_an_allocation_are_rejected(monkeypatch):
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    monkeypatch.delenv("SLURM_JOBID", raising=False)
+    with pytest.raises(UsageError, match="not inside a SLURM allocation"):
+        make_plan(parse_gpu_ids(["None"]), hosts=["slurm"])
+
+
+def test_slurm_cannot_be_mixed_with_host_names():
+    with pytest.raises(UsageError, match="--hosts slurm"):
+        make_plan(parse_gpu_ids(["None"]), hosts=["slurm", "h1"])
+
+
+# --- describe -------------------------------------------------------------------------------------------
+
+
+def test_describe_cpu_workers():
+    plan = WorkerPlan(devices=("cpu", "cpu"), backend="gloo", threads_per_worker=1)
+    assert plan.describe() == "2 CPU workers (gloo, 1 thread each) on localhost"
+
+
+def test_describe_single_cpu_worker():
+    assert WorkerPlan(devices=("cpu",), threads_per_worker=4).describe() == "CPU, 1 worker (4 threads)"
+
+
+def test_describe_single_gpu():
+    plan = make_plan(parse_gpu_ids(["0"]), cuda_device_count=1)
+    assert plan.describe() == "GPU 0 (cuda:0), 1 worker"
+
+
+def test_describe_gpus_on_several_hosts():
+    plan = make_plan(parse_gpu_ids(["0", "1"]), hosts=["a", "b"], cuda_device_count=2)
+    assert plan.describe() == "GPUs 0, 1 on each host, 4 workers (nccl) on 2 hosts (a, b)"
