@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
+import pathlib
+import shlex
+import signal
 import sys
 import time
 from dataclasses import dataclass
@@ -14,9 +18,10 @@ from mjfleet.cli.common import quiet_warp, split_task, user_errors, with_task_co
 from mjfleet.envs import EnvConfig
 from mjfleet.errors import UsageError
 from mjfleet.launch.devices import WorkerPlan, make_plan, parse_gpu_ids
-from mjfleet.launch.launcher import run_workers
+from mjfleet.launch.launcher import Interrupted, run_workers
 from mjfleet.rl import AgentConfig
-from mjfleet.runs import RunDir
+from mjfleet.runs import Retention, RunDir
+from mjfleet.runs.checkpoints import find_checkpoint, read_checkpoint
 
 PROG = "train"
 USAGE = """usage: train <Task> [flags]
@@ -25,6 +30,7 @@ Train a policy with PPO on a MuJoCo-Warp task.
   train Cartpole-Balance                           GPU 0 if there is one, else CPU
   train Cartpole-Balance --gpu-ids 0 1             one worker per GPU (or: all)
   train Cartpole-Balance --gpu-ids None --cpu-workers 2   CPU data-parallel (gloo)
+  train Cartpole-Balance --resume                  continue the latest run from its latest checkpoint
   train <Task> --help                              every flag of that task"""
 
 
@@ -53,6 +59,30 @@ class TrainFlags:
     """Console progress: a short block per iteration, or one line with ETA."""
     torchrunx_log_dir: str | None = None
     """Worker log files (several workers only). Default: $TORCHRUNX_LOG_DIR, else <run_dir>/torchrunx. "" disables."""
+    resume: bool = False
+    """Continue the latest run of this experiment (that has a checkpoint) from its latest checkpoint, in a new run
+    directory; iteration numbers continue and --max-iterations counts from 0, not from the checkpoint."""
+    load_run: str | None = None
+    """Resume from this run: a run directory path, or a regex over run directory names (newest match). Implies
+    --resume."""
+    checkpoint: str | None = None
+    """Resume from this checkpoint: an iteration number of the chosen run, or a file path. Implies --resume."""
+    save_interval: int | None = None
+    """Save a checkpoint every this many iterations (alias of --agent.save-interval); always at the end."""
+    keep_last: int = 5
+    """Keep the newest N checkpoints of the run, delete older ones (0: keep every checkpoint)."""
+    keep_every: int = 500
+    """Also keep, forever, a checkpoint at every multiple of K iterations (saved even between --save-interval
+    saves; 0: no such milestones)."""
+    export_on_save: bool = False
+    """Export the policy to <run_dir>/exported/policy.onnx (+ policy.pt, policy.json) at every save."""
+    logger: Literal["tensorboard", "wandb", "none"] | None = None
+    """Dashboard besides metrics.jsonl (alias of --agent.logger). wandb needs `uv sync --extra wandb`; offline:
+    WANDB_MODE=offline."""
+    wandb_project: str | None = None
+    """wandb project (alias of --agent.wandb-project)."""
+    wandb_upload_checkpoints: bool = False
+    """With --logger wandb: log every saved checkpoint as a wandb model artifact."""
 
 
 @dataclass(frozen=True)
@@ -65,6 +95,13 @@ class TrainJob:
     plan: WorkerPlan
     run_dir: RunDir
     log_format: str = "block"
+    resume_from: str | None = None
+    """Checkpoint every worker loads before training (resolved in the parent, before run_dir exists)."""
+    retention: Retention = dataclasses.field(default_factory=Retention)
+    export_on_save: bool = False
+    wandb_upload_checkpoints: bool = False
+    command: tuple[str, ...] = ()
+    """The command line as typed (without the program name), for params/run.yaml and the resume hint."""
 
 
 def parse_args(argv: list[str]) -> tuple[str, Any]:
@@ -93,6 +130,9 @@ def resolve(task_name: str, flags: Any) -> TrainJob:
         (flags.seed, agent, "seed"),
         (flags.max_iterations, agent, "max_iterations"),
         (flags.run_name, agent, "run_name"),
+        (flags.save_interval, agent, "save_interval"),
+        (flags.logger, agent, "logger"),
+        (flags.wandb_project, agent, "wandb_project"),
     ):
         if alias is not None:
             setattr(target, field, alias)
@@ -111,17 +151,55 @@ def resolve(task_name: str, flags: Any) -> TrainJob:
         raise UsageError(
             f"--agent.algorithm.num-mini-batches must be in [1, num_envs x num_steps_per_env = {batch}]"
         )
+    retention = Retention(flags.keep_last, flags.keep_every)
+    if agent.logger == "wandb" and importlib.util.find_spec("wandb") is None:
+        raise UsageError("--logger wandb needs the optional wandb package: `uv sync --extra wandb`")
+    if flags.wandb_upload_checkpoints and agent.logger != "wandb":
+        raise UsageError("--wandb-upload-checkpoints needs --logger wandb")
+    # Before the new run directory exists, so that --resume can never pick the (empty) run it is about to start.
+    resume_from = None
+    if flags.resume or flags.load_run is not None or flags.checkpoint is not None:
+        path = find_checkpoint(
+            pathlib.Path(flags.logs_root) / agent.experiment_name, flags.load_run, flags.checkpoint
+        )
+        state = read_checkpoint(path)
+        start = int(state["iter"])
+        if start >= agent.max_iterations:
+            raise UsageError(
+                f"{path} is already at iteration {start}: pass --max-iterations above {start} (it counts from 0)"
+            )
+        trained_on = (state.get("infos") or {}).get("task")
+        if trained_on and trained_on != spec.name:
+            print(f"note: {path.name} was trained on {trained_on}; continuing it on {spec.name}")
+        print(f"resuming from {path} (iteration {start}; training up to iteration {agent.max_iterations})")
+        resume_from = str(path)
     run_dir = RunDir.new(agent.experiment_name, agent.run_name, root=flags.logs_root)
-    return TrainJob(spec.name, env, agent, plan, run_dir, flags.log_format)
+    return TrainJob(
+        spec.name,
+        env,
+        agent,
+        plan,
+        run_dir,
+        flags.log_format,
+        resume_from=resume_from,
+        retention=retention,
+        export_on_save=flags.export_on_save,
+        wandb_upload_checkpoints=flags.wandb_upload_checkpoints,
+    )
 
 
 def train_worker(job: TrainJob) -> dict[str, Any]:
-    """Runs in every worker: build the simulation on this worker's device, train, return rank 0's summary."""
+    """Runs in every worker: build the simulation on this worker's device, train, return rank 0's summary.
+
+    SIGINT/SIGTERM make every rank finish its iteration; rank 0 saves, and each worker raises
+    :class:`Interrupted` (in a torchrunx worker that ends the process at once, with status 130).
+    """
     import torch
     import warp as wp
 
     from mjfleet.launch.worker import WorkerContext, seed_for, setup_worker
     from mjfleet.rl import FleetRunner
+    from mjfleet.rl.stop import StopRequest
     from mjfleet.tasks import get_task
 
     quiet_warp()
@@ -136,7 +214,9 @@ def train_worker(job: TrainJob) -> dict[str, Any]:
             f"{ctx.world_size * job.env.num_envs} envs on {job.plan.describe()}; run dir {job.run_dir.path}",
             flush=True,
         )
-    with wp.ScopedDevice(ctx.device):
+    # From here on a signal asks for a clean stop after the current iteration (one iteration at least runs).
+    stop = StopRequest(abort_on_repeat=job.plan.in_process, announce=ctx.is_main)
+    with stop, wp.ScopedDevice(ctx.device):
         wp.rand_init(seed)
         env = spec.make_env(job.env, ctx.device)
         runner = FleetRunner(
@@ -146,7 +226,20 @@ def train_worker(job: TrainJob) -> dict[str, Any]:
             ctx.device,
             extra_checkpoint_info={"task": job.task, "env_cfg": dataclasses.asdict(job.env)},
             log_format=job.log_format,
+            retention=job.retention,
+            stop=stop,
+            export_on_save=job.export_on_save,
+            upload_checkpoints=job.wandb_upload_checkpoints,
         )
+        if job.resume_from is not None:
+            try:
+                runner.load(job.resume_from, map_location=ctx.device)
+            except (RuntimeError, KeyError, ValueError) as exc:
+                first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+                raise UsageError(
+                    f"checkpoint {job.resume_from} does not fit this task's policy: {first}"
+                ) from None
+        start_iteration = runner.current_learning_iteration
         if ctx.is_main:
             job.run_dir.create()
             job.run_dir.write_params(
@@ -158,16 +251,25 @@ def train_worker(job: TrainJob) -> dict[str, Any]:
                     "devices": list(job.plan.devices),
                     "hosts": list(job.plan.hosts),
                     "seed": job.agent.seed,
-                    "command": sys.argv,
+                    "resumed_from": job.resume_from,
+                    "start_iteration": start_iteration,
+                    "keep_last": job.retention.keep_last,
+                    "keep_every": job.retention.keep_every,
+                    "command": list(job.command) if job.command else sys.argv,
                 },
             )
         start = time.perf_counter()
         try:
             record = runner.learn(
-                job.agent.max_iterations, init_at_random_ep_len=job.agent.init_at_random_ep_len
+                job.agent.max_iterations - start_iteration,
+                init_at_random_ep_len=job.agent.init_at_random_ep_len,
             )
         finally:
             runner.close()
+        if ctx.is_main:
+            _plot(job.run_dir)
+    if runner.interrupted is not None:
+        raise Interrupted(runner.interrupted)
     return {
         "iterations": runner.current_learning_iteration,
         "env_steps": runner.env_steps,
@@ -178,16 +280,70 @@ def train_worker(job: TrainJob) -> dict[str, Any]:
     }
 
 
+def _plot(run_dir: RunDir) -> None:
+    """reward_curve.png at the end of training; a plotting problem must never fail the run."""
+    from mjfleet.runs.plots import plot_reward_curve
+
+    try:
+        plot_reward_curve([run_dir.path], run_dir.reward_curve)
+    except Exception as exc:  # noqa: BLE001
+        print(f"warning: could not plot {run_dir.reward_curve}: {exc}", file=sys.stderr)
+
+
+def resume_command(argv: list[str], run_dir: RunDir) -> str:
+    """The command that continues `run_dir`: the original flags, with --resume/--load-run/--checkpoint replaced."""
+    kept: list[str] = []
+    skip = False
+    for arg in argv:
+        if skip:
+            skip = False
+            continue
+        name = arg.split("=", 1)[0]
+        if name in ("--resume", "--no-resume"):
+            continue
+        if name in ("--load-run", "--checkpoint"):
+            skip = "=" not in arg
+            continue
+        kept.append(arg)
+    return shlex.join(["uv", "run", PROG, *kept, "--load-run", str(run_dir.path)])
+
+
+def _report_interrupt(job: TrainJob, argv: list[str], signum: int) -> None:
+    latest = job.run_dir.latest_checkpoint()
+    if latest is None:
+        print(f"{PROG}: interrupted before a checkpoint was saved; nothing to resume", file=sys.stderr)
+        return
+    print(
+        f"{PROG}: stopped by {signal_name(signum)} after iteration {latest.stem.split('_')[-1]}; checkpoint {latest}\n"
+        f"resume with: {resume_command(argv, job.run_dir)}",
+        file=sys.stderr,
+        flush=True,
+    )
+
+
+def signal_name(signum: int) -> str:
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
+
+
 @user_errors(PROG)
 def main(argv: list[str] | None = None) -> None:
     quiet_warp()
-    task_name, flags = parse_args(sys.argv[1:] if argv is None else argv)
-    job = resolve(task_name, flags)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    task_name, flags = parse_args(argv)
+    job = dataclasses.replace(resolve(task_name, flags), command=tuple(argv))
     log_dir = flags.torchrunx_log_dir
     if log_dir is None:
         log_dir = str(job.run_dir.path / "torchrunx")
     start = time.perf_counter()
-    summary = run_workers(job.plan, train_worker, job, log_dir=log_dir)
+    try:
+        summary = run_workers(job.plan, train_worker, job, log_dir=log_dir)
+    except KeyboardInterrupt as exc:  # Interrupted (a clean stop), or a second Ctrl-C in the one-worker case
+        signum = getattr(exc, "signum", signal.SIGINT)
+        _report_interrupt(job, argv, signum)
+        raise SystemExit(128 + signum) from None
     wall = time.perf_counter() - start
     print(
         f"done: {summary['iterations']} iterations, {summary['env_steps']:,} env steps in {wall:.1f} s "

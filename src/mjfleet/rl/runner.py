@@ -14,6 +14,8 @@ from rsl_rl.runners import OnPolicyRunner
 
 from mjfleet.rl.config import AgentConfig
 from mjfleet.rl.episode_stats import EpisodeStats
+from mjfleet.rl.stop import StopRequest
+from mjfleet.runs.checkpoints import Retention
 from mjfleet.runs.console import format_iteration
 from mjfleet.runs.metrics import MetricsWriter
 from mjfleet.runs.run_dir import RunDir, to_plain
@@ -28,6 +30,11 @@ class FleetRunner(OnPolicyRunner):
     - Episode statistics are reduced on device and read once per iteration (rsl_rl's logger reads them every
       step); throughput and step counts are global.
     - Only rank 0 writes: metrics.jsonl, TensorBoard/wandb, checkpoints (atomic; plain state dicts).
+    - Checkpoints every `save_interval` iterations, at every `retention.keep_every` milestone and at the end;
+      older ones are pruned by `retention`. Each holds every rank's torch RNG state, so a resumed run continues
+      each rank's random stream.
+    - A `StopRequest` (SIGINT/SIGTERM) is checked once per iteration; all ranks agree on it with one tiny
+      all_reduce, so they stop after the same iteration, save, and `learn` returns with `interrupted` set.
     """
 
     def __init__(
@@ -40,10 +47,18 @@ class FleetRunner(OnPolicyRunner):
         extra_checkpoint_info: dict[str, Any] | None = None,
         log_format: str = "block",
         average_gradients: bool = True,
+        retention: Retention | None = None,
+        stop: StopRequest | None = None,
+        export_on_save: bool = False,
+        upload_checkpoints: bool = False,
     ) -> None:
         self.agent_cfg = agent_cfg
         self.run_dir = run_dir
         self.log_format = log_format
+        self.retention = retention
+        self.stop = stop
+        self.export_on_save = export_on_save
+        self.upload_checkpoints = upload_checkpoints
         self._checkpoint_info = extra_checkpoint_info or {}
         super().__init__(env, agent_cfg.to_rsl_rl(), log_dir=None, device=str(device))
         self.rank = self.gpu_global_rank
@@ -52,6 +67,15 @@ class FleetRunner(OnPolicyRunner):
         self.env_steps = 0
         self.metrics: MetricsWriter | None = None
         self.last_record: dict[str, Any] = {}
+        self._stats: EpisodeStats | None = None
+        self.last_checkpoint: pathlib.Path | None = None
+        self.interrupted: int | None = None
+        """The signal that stopped the last `learn` early (agreed by all ranks), else None."""
+        self._saved_iteration: int | None = None
+        obs = env.get_observations()
+        self._checkpoint_info.setdefault("observations", {k: int(v.shape[-1]) for k, v in obs.items()})
+        self._checkpoint_info.setdefault("num_actions", int(env.num_actions))
+        self._checkpoint_info.setdefault("step_dt", float(getattr(env, "step_dt", 0.0)) or None)
         if not average_gradients:  # for experiments and tests only: workers then drift apart
             self.alg.reduce_parameters = lambda: None
 
@@ -96,7 +120,11 @@ class FleetRunner(OnPolicyRunner):
                 config=to_plain(dataclasses.asdict(self.agent_cfg)),
             )
 
-        stats = EpisodeStats(env.num_envs, self.device)
+        self.interrupted = None
+        # Kept across learn() calls: episodes running when one call ends are counted in full by the next.
+        if self._stats is None:
+            self._stats = EpisodeStats(env.num_envs, self.device)
+        stats = self._stats
         steps_per_iteration = self.cfg["num_steps_per_env"] * env.num_envs * self.world_size
         start_it = self.current_learning_iteration
         total_it = start_it + num_learning_iterations
@@ -129,14 +157,31 @@ class FleetRunner(OnPolicyRunner):
                 print(format_iteration(record, total_it, eta, self.log_format), flush=True)
                 if self.metrics is not None:
                     self.metrics.write(record)
-                if self.run_dir is not None and (it + 1) % self.cfg["save_interval"] == 0:
-                    self.save(self.run_dir.checkpoint(it + 1))
+            stop_signal = self._agreed_stop()
+            if stop_signal or self.is_save_point(it + 1):
+                self.save_checkpoint()
+            if stop_signal:
+                self.interrupted = stop_signal
+                break
 
-        if self.is_main and self.run_dir is not None:
-            final = self.run_dir.checkpoint(self.current_learning_iteration)
-            if not final.exists():
-                self.save(final)
+        if self._saved_iteration != self.current_learning_iteration:
+            self.save_checkpoint()
         return self.last_record
+
+    def is_save_point(self, iteration: int) -> bool:
+        """Whether a checkpoint is written after `iteration` (besides the end of training and a stop)."""
+        if iteration % self.cfg["save_interval"] == 0:
+            return True
+        return self.retention is not None and self.retention.is_milestone(iteration)
+
+    def _agreed_stop(self) -> int:
+        """The signal number that asked any rank to stop (0: keep going); identical on every rank."""
+        local = (self.stop.signum or 0) if self.stop is not None else 0
+        if not self.is_distributed:
+            return local
+        flag = torch.tensor([local], dtype=torch.int64, device=self.device)
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        return int(flag.item())
 
     def parameter_checksum(self) -> torch.Tensor:
         """Two float64 numbers that differ when any actor/critic parameter differs (order-sensitive)."""
@@ -184,22 +229,96 @@ class FleetRunner(OnPolicyRunner):
             self.metrics = None
 
     # ------------------------------------------------------------- checkpoints
-    def save(self, path: str | os.PathLike, infos: dict | None = None) -> None:
+    def save_checkpoint(self) -> pathlib.Path | None:
+        """Collective: write model_<iteration>.pt (rank 0, when it has a run directory), prune old checkpoints,
+        export the policy / upload the checkpoint when asked. Every rank must call it at the same iteration."""
+        rng_states = self._gather_rng_states()
+        self._saved_iteration = self.current_learning_iteration
+        if not self.is_main or self.run_dir is None:
+            return None
+        path = self.run_dir.checkpoint(self.current_learning_iteration)
+        self.save(path, rng_states=rng_states)
+        self.last_checkpoint = path
+        if self.retention is not None:
+            self.retention.prune(self.run_dir.path)
+        if self.export_on_save:
+            self._export(path)
+        if self.upload_checkpoints and self.metrics is not None:
+            self.metrics.upload_checkpoint(path, self.current_learning_iteration)
+        return path
+
+    def save(
+        self, path: str | os.PathLike, infos: dict | None = None, rng_states: list | None = None
+    ) -> None:
         """Write a checkpoint atomically: plain state dicts plus what is needed to rebuild the policy."""
         path = pathlib.Path(path)
         state = self.alg.save()
         state["iter"] = self.current_learning_iteration
         state["env_steps"] = self.env_steps
-        state["infos"] = {**self._checkpoint_info, **(infos or {})}
+        state["infos"] = {**self._checkpoint_info, "world_size": self.world_size, **(infos or {})}
         state["agent_cfg"] = to_plain(dataclasses.asdict(self.agent_cfg))
         state["rsl_rl_cfg"] = to_plain({k: v for k, v in self.cfg.items() if k != "multi_gpu"})
+        state["rng_states"] = rng_states if rng_states is not None else [self._rng_state()]
         tmp = path.with_name(f".{path.name}.tmp")
         torch.save(state, tmp)
         os.replace(tmp, path)
 
-    def load(self, path, load_cfg=None, strict=True, map_location=None) -> dict:
+    def load(self, path, load_cfg=None, strict=True, map_location=None, restore_rng: bool = True) -> dict:
+        """Restore policy, critic, optimizer (and normaliser statistics, part of the state dicts), iteration and
+        step count, and this rank's torch RNG state when the checkpoint has one for it."""
         loaded = torch.load(path, weights_only=False, map_location=map_location or self.device)
         if self.alg.load(loaded, load_cfg, strict):
             self.current_learning_iteration = loaded["iter"]
             self.env_steps = loaded.get("env_steps", 0)
+            self._saved_iteration = self.current_learning_iteration
+        rng_states = loaded.get("rng_states") or []
+        if restore_rng and self.rank < len(rng_states):
+            self._set_rng_state(rng_states[self.rank])
         return loaded.get("infos") or {}
+
+    def _rng_state(self) -> dict[str, torch.Tensor]:
+        state = {"torch": torch.get_rng_state()}
+        device = torch.device(self.device)
+        if device.type == "cuda":
+            state["cuda"] = torch.cuda.get_rng_state(device)
+        return state
+
+    def _set_rng_state(self, state: dict[str, torch.Tensor]) -> None:
+        torch.set_rng_state(state["torch"].cpu())
+        device = torch.device(self.device)
+        if device.type == "cuda" and "cuda" in state:
+            torch.cuda.set_rng_state(state["cuda"].cpu(), device)
+
+    def _gather_rng_states(self) -> list[dict[str, torch.Tensor]]:
+        if not self.is_distributed:
+            return [self._rng_state()]
+        gathered: list[Any] = [None] * self.world_size
+        dist.all_gather_object(gathered, self._rng_state())
+        return gathered
+
+    def _export(self, checkpoint: pathlib.Path) -> None:
+        """Export the current policy to <run_dir>/exported; a failed export is reported, training goes on."""
+        from mjfleet.rl.export import export_policy, policy_metadata
+
+        assert self.run_dir is not None
+        actor = self.alg.get_policy()
+        obs = self.env.get_observations().to(self.device)
+        was_training = actor.training
+        actor.eval()
+        try:
+            meta = policy_metadata(
+                self.env,
+                actor,
+                obs,
+                self._checkpoint_info.get("task", ""),
+                iteration=self.current_learning_iteration,
+                checkpoint=str(checkpoint),
+            )
+            export_policy(actor, obs, self.run_dir.exported_dir, meta)
+        except Exception as exc:  # noqa: BLE001 - never lose a training run to an export problem
+            print(
+                f"error: policy export after iteration {self.current_learning_iteration} failed: {exc}",
+                flush=True,
+            )
+        finally:
+            actor.train(was_training)

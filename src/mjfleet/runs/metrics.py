@@ -27,8 +27,9 @@ class MetricsWriter:
 
             self._tb = SummaryWriter(log_dir=str(run_path), flush_secs=10)
         elif logger == "wandb":
-            import wandb  # optional dependency: `uv sync --extra wandb`
+            import wandb  # optional dependency: `uv sync --extra wandb`; checked by the CLI
 
+            # Offline runs: WANDB_MODE=offline (sync later with `wandb sync <run_dir>/wandb/offline-run-*`).
             self._wandb = wandb.init(
                 project=wandb_project, name=run_path.name, dir=str(run_path), config=config
             )
@@ -44,6 +45,17 @@ class MetricsWriter:
                     self._tb.add_scalar(key if "/" in key else f"Train/{key}", value, step)
         if self._wandb is not None:
             self._wandb.log(scalars, step=step)
+
+    def upload_checkpoint(self, path: pathlib.Path, iteration: int) -> None:
+        """Log a checkpoint as a wandb model artifact (no-op without wandb). The file is copied to wandb's
+        staging area first, so checkpoint retention may delete it right after."""
+        if self._wandb is None:
+            return
+        import wandb
+
+        artifact = wandb.Artifact(f"{self._wandb.id}-model", type="model", metadata={"iteration": iteration})
+        artifact.add_file(str(path))
+        self._wandb.log_artifact(artifact, aliases=["latest", f"iter_{iteration}"])
 
     def close(self) -> None:
         self._file.close()

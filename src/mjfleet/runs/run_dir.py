@@ -6,12 +6,11 @@ import dataclasses
 import datetime
 import os
 import pathlib
-import re
 from typing import Any
 
 import yaml
 
-_CHECKPOINT = re.compile(r"^model_(\d+)\.pt$")
+from mjfleet.runs.checkpoints import checkpoints_in
 
 
 def timestamped_name(run_name: str = "", now: datetime.datetime | None = None) -> str:
@@ -43,17 +42,29 @@ class RunDir:
     def metrics_file(self) -> pathlib.Path:
         return self.path / "metrics.jsonl"
 
+    @property
+    def exported_dir(self) -> pathlib.Path:
+        """policy.onnx, policy.pt and policy.json of the run's latest export."""
+        return self.path / "exported"
+
+    @property
+    def videos_dir(self) -> pathlib.Path:
+        return self.path / "videos"
+
+    @property
+    def reward_curve(self) -> pathlib.Path:
+        return self.path / "reward_curve.png"
+
     def checkpoint(self, iteration: int) -> pathlib.Path:
         return self.path / f"model_{iteration}.pt"
 
     def checkpoints(self) -> list[tuple[int, pathlib.Path]]:
         """(iteration, path) of every checkpoint, oldest first."""
-        found = []
-        for p in self.path.glob("model_*.pt"):
-            match = _CHECKPOINT.match(p.name)
-            if match:
-                found.append((int(match.group(1)), p))
-        return sorted(found)
+        return checkpoints_in(self.path)
+
+    def latest_checkpoint(self) -> pathlib.Path | None:
+        found = self.checkpoints()
+        return found[-1][1] if found else None
 
     def write_params(self, **configs: Any) -> None:
         """params/<name>.yaml for each config (dataclasses or dicts)."""

@@ -25,7 +25,7 @@ register(
         description="Keep a pole upright on a cart that moves along a rail (starts near upright).",
         env_class=CartpoleEnv,
         env_config=lambda: CartpoleConfig(swingup=False, episode_length_s=5.0),
-        agent_config=lambda: _agent("cartpole_balance", max_iterations=100),
+        agent_config=lambda: _agent("cartpole_balance", max_iterations=150),
     )
 )
 register(

@@ -1,0 +1,59 @@
+"""`uv run plot <run_dir> [<run_dir> ...]`: reward_curve.png from metrics.jsonl (one run, or several overlaid)."""
+
+from __future__ import annotations
+
+import pathlib
+import sys
+from dataclasses import dataclass
+from typing import Annotated
+
+import tyro
+
+from mjfleet.errors import UsageError
+
+PROG = "plot"
+
+
+@dataclass
+class PlotFlags:
+    """Plot mean return and mean episode length against environment steps, from each run's metrics.jsonl."""
+
+    runs: Annotated[tuple[str, ...], tyro.conf.arg(metavar="RUN_DIR")]
+    """Run directories (or metrics.jsonl files); several are drawn on one plot."""
+    output: str | None = None
+    """The PNG to write. Default: <run_dir>/reward_curve.png for one run, ./reward_curves.png for several."""
+
+
+def main(argv: list[str] | None = None) -> None:
+    # Not cli.common.user_errors: that imports the launcher (and torch), seconds of start-up a plot does not need.
+    try:
+        _main(sys.argv[1:] if argv is None else list(argv))
+    except UsageError as exc:
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
+def parse_args(argv: list[str]) -> PlotFlags:
+    flags = tyro.cli(tyro.conf.PositionalRequiredArgs[PlotFlags], args=argv, prog=PROG)
+    if not flags.runs:
+        raise UsageError("name at least one run directory, e.g. `plot logs/cartpole_balance/<run>`")
+    return flags
+
+
+def _main(argv: list[str]) -> None:
+    from mjfleet.runs.plots import plot_reward_curve
+
+    flags = parse_args(argv)
+    if flags.output is not None:
+        output = pathlib.Path(flags.output)
+    elif len(flags.runs) == 1:
+        run = pathlib.Path(flags.runs[0])
+        output = (run.parent if run.is_file() else run) / "reward_curve.png"
+    else:
+        output = pathlib.Path("reward_curves.png")
+    written = plot_reward_curve(flags.runs, output)
+    print(f"wrote {written}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,55 @@
+"""Graceful stop: SIGINT/SIGTERM ask training to finish its iteration, save and stop, instead of dying mid-write."""
+
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+from types import FrameType
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+class StopRequest:
+    """While entered, SIGINT/SIGTERM set `signum` instead of raising; the runner checks it once per iteration.
+
+    `abort_on_repeat`: a second signal restores the default behaviour and raises KeyboardInterrupt at once (the
+    in-process case, where the user's second Ctrl-C means "now"). Workers started by the launcher keep
+    ignoring repeats, since they receive the launcher's relayed signal and their agent's SIGTERM; the launcher
+    itself kills them on a second Ctrl-C.
+    """
+
+    def __init__(self, abort_on_repeat: bool = True, announce: bool = True) -> None:
+        self.abort_on_repeat = abort_on_repeat
+        self.announce = announce
+        self.signum: int | None = None
+        self._previous: dict[int, object] = {}
+
+    @property
+    def requested(self) -> bool:
+        return self.signum is not None
+
+    def __enter__(self) -> StopRequest:
+        if threading.current_thread() is threading.main_thread():
+            self._previous = {s: signal.signal(s, self._handle) for s in STOP_SIGNALS}
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)  # type: ignore[arg-type]
+        self._previous = {}
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        if self.signum is None:
+            self.signum = signum
+            if self.announce:
+                again = " (again to stop at once)" if self.abort_on_repeat else ""
+                print(
+                    f"{signal.Signals(signum).name}: finishing this iteration, then saving a checkpoint{again}",
+                    file=sys.stderr,
+                    flush=True,
+                )
+            return
+        if self.abort_on_repeat:
+            self.__exit__()
+            raise KeyboardInterrupt

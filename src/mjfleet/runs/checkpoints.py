@@ -1,0 +1,154 @@
+"""Finding, reading and pruning checkpoints: `--resume`, `--load-run`, `--checkpoint`, `--keep-last/--keep-every`."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from mjfleet.errors import UsageError
+
+RUN_DIR_NAME = re.compile(r"^\d{4}-\d{2}-\d{2}_\d{2}-\d{2}-\d{2}")
+"""Run directories start with their creation time, so sorting their names sorts them by age."""
+CHECKPOINT_NAME = re.compile(r"^model_(\d+)\.pt$")
+
+
+def checkpoints_in(run_path: str | os.PathLike) -> list[tuple[int, pathlib.Path]]:
+    """(iteration, path) of every checkpoint in a run directory, oldest first (half-written `.tmp` files excluded)."""
+    found = []
+    for p in pathlib.Path(run_path).glob("model_*.pt"):
+        match = CHECKPOINT_NAME.match(p.name)
+        if match:
+            found.append((int(match.group(1)), p))
+    return sorted(found)
+
+
+def runs_in(experiment_dir: str | os.PathLike) -> list[pathlib.Path]:
+    """The run directories of an experiment, oldest first."""
+    base = pathlib.Path(experiment_dir)
+    if not base.is_dir():
+        return []
+    return sorted(p for p in base.iterdir() if p.is_dir() and RUN_DIR_NAME.match(p.name))
+
+
+def find_run(experiment_dir: str | os.PathLike, load_run: str | None = None) -> pathlib.Path:
+    """The run to load from: `load_run` as a directory path, else the newest run whose name matches the regex
+    `load_run` (any run when None) and that holds at least one checkpoint."""
+    experiment_dir = pathlib.Path(experiment_dir)
+    if load_run is not None and pathlib.Path(load_run).is_dir():
+        return pathlib.Path(load_run).resolve()
+    runs = runs_in(experiment_dir)
+    if load_run is not None:
+        try:
+            pattern = re.compile(load_run)
+        except re.error as exc:
+            raise UsageError(
+                f"--load-run {load_run!r} is neither a directory nor a valid regex ({exc})"
+            ) from None
+        runs = [r for r in runs if pattern.search(r.name)]
+        if not runs:
+            raise UsageError(
+                f"--load-run {load_run!r}: no run directory in {experiment_dir} matches "
+                f"(runs there: {_names(runs_in(experiment_dir))})"
+            )
+    elif not runs:
+        raise UsageError(f"no runs in {experiment_dir}: train one first, or pass --load-run <run dir>")
+    with_checkpoints = [r for r in runs if checkpoints_in(r)]
+    if not with_checkpoints:
+        which = f"matching {load_run!r} " if load_run is not None else ""
+        raise UsageError(f"no run {which}in {experiment_dir} has a checkpoint (model_<iteration>.pt)")
+    return with_checkpoints[-1].resolve()
+
+
+def find_checkpoint(
+    experiment_dir: str | os.PathLike, load_run: str | None = None, checkpoint: str | None = None
+) -> pathlib.Path:
+    """Resolve `--load-run` / `--checkpoint` to one checkpoint file (UsageError when there is none).
+
+    `checkpoint` is an iteration number (model_<N>.pt of the chosen run) or a file path; None means the
+    chosen run's latest checkpoint. `load_run` is a run directory path or a regex over run directory names.
+    """
+    if checkpoint is not None and not checkpoint.strip().isdigit():
+        path = pathlib.Path(checkpoint)
+        if path.is_file():
+            return path.resolve()
+        if load_run is None:
+            raise UsageError(f"--checkpoint {checkpoint}: no such file (use a path or an iteration number)")
+    run = find_run(experiment_dir, load_run)
+    found = checkpoints_in(run)
+    if checkpoint is None:
+        if not found:
+            raise UsageError(f"run {run} has no checkpoint (model_<iteration>.pt)")
+        return found[-1][1]
+    path = run / (f"model_{int(checkpoint)}.pt" if checkpoint.strip().isdigit() else checkpoint)
+    if not path.is_file():
+        have = ", ".join(str(it) for it, _ in found) or "none"
+        raise UsageError(
+            f"--checkpoint {checkpoint}: {path} does not exist (iterations saved in that run: {have})"
+        )
+    return path.resolve()
+
+
+def read_checkpoint(path: str | os.PathLike, map_location: Any = "cpu") -> dict[str, Any]:
+    """Load a checkpoint written by FleetRunner.save; an unreadable or foreign file is a UsageError."""
+    import torch
+
+    try:
+        state = torch.load(path, map_location=map_location, weights_only=True)
+    except FileNotFoundError:
+        raise UsageError(f"checkpoint {path} does not exist") from None
+    except Exception as exc:  # noqa: BLE001 - truncated, not a torch file, unpicklable, ...
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise UsageError(f"cannot read checkpoint {path}: {first}") from None
+    if not isinstance(state, dict) or "actor_state_dict" not in state or "iter" not in state:
+        raise UsageError(f"{path} is not an mjfleet checkpoint (no actor_state_dict / iter)")
+    return state
+
+
+def checkpoint_iteration(path: str | os.PathLike) -> int | None:
+    match = CHECKPOINT_NAME.match(pathlib.Path(path).name)
+    return int(match.group(1)) if match else None
+
+
+@dataclass(frozen=True)
+class Retention:
+    """Which checkpoints a run keeps: the `keep_last` newest (0: all) plus every multiple of `keep_every`
+    (0: none) forever. The newest checkpoint is never deleted."""
+
+    keep_last: int = 5
+    keep_every: int = 500
+
+    def __post_init__(self) -> None:
+        if self.keep_last < 0 or self.keep_every < 0:
+            raise UsageError("--keep-last and --keep-every must be >= 0 (0 disables the rule)")
+
+    def is_milestone(self, iteration: int) -> bool:
+        return self.keep_every > 0 and iteration % self.keep_every == 0
+
+    def to_delete(self, iterations: list[int]) -> list[int]:
+        """The iterations (of those saved) that this policy removes."""
+        if self.keep_last == 0 or not iterations:
+            return []
+        newest = sorted(iterations)[-self.keep_last :]
+        return [it for it in iterations if it not in newest and not self.is_milestone(it)]
+
+    def prune(self, run_path: str | os.PathLike) -> list[pathlib.Path]:
+        """Delete the checkpoints this policy does not keep; returns what was deleted."""
+        found = dict(checkpoints_in(run_path))
+        deleted = []
+        for it in self.to_delete(list(found)):
+            try:
+                found[it].unlink()
+                deleted.append(found[it])
+            except FileNotFoundError:
+                pass
+        return deleted
+
+
+def _names(runs: list[pathlib.Path]) -> str:
+    if not runs:
+        return "none"
+    names = [r.name for r in runs[-5:]]
+    return ", ".join(names) + (f" and {len(runs) - 5} older" if len(runs) > 5 else "")

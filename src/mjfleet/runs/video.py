@@ -1,0 +1,170 @@
+"""Headless videos of one environment: mujoco.Renderer frames (EGL, else OSMesa) written as H.264 mp4.
+
+MuJoCo picks its OpenGL backend when `mujoco` is first imported (from MUJOCO_GL), so a process that records
+calls :func:`choose_gl_backend` before anything imports mujoco.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import subprocess
+import sys
+from typing import Any
+
+import numpy as np
+
+from mjfleet.errors import UsageError
+
+GL_PACKAGES_HINT = (
+    "headless rendering needs EGL (Debian/Ubuntu: apt-get install libegl1 libegl-mesa0 libgl1-mesa-dri) "
+    "or OSMesa (apt-get install libosmesa6); or set MUJOCO_GL to a backend that works here"
+)
+_PROBE = "import mujoco; c = mujoco.GLContext(16, 16); c.make_current(); c.free()"
+
+
+def working_gl_backend(candidates: tuple[str, ...] = ("egl", "osmesa")) -> str | None:
+    """The first MUJOCO_GL backend that can create an offscreen context here, tried in short subprocesses
+    (a backend cannot be changed once mujoco is imported); None when none can."""
+    for backend in candidates:
+        env = dict(os.environ, MUJOCO_GL=backend)
+        env.pop("PYOPENGL_PLATFORM", None)
+        try:
+            probe = subprocess.run(
+                [sys.executable, "-c", _PROBE], env=env, capture_output=True, timeout=60, check=False
+            )
+        except (OSError, subprocess.TimeoutExpired):
+            continue
+        if probe.returncode == 0:
+            return backend
+    return None
+
+
+def choose_gl_backend() -> str:
+    """Set MUJOCO_GL, when unset, to the first headless backend that works: egl, then osmesa.
+
+    Call before anything imports mujoco. When none works, MUJOCO_GL becomes "egl" and rendering fails with a
+    clear error naming the system packages to install.
+    """
+    chosen = os.environ.get("MUJOCO_GL")
+    if not chosen:
+        chosen = working_gl_backend() or "egl"
+        os.environ["MUJOCO_GL"] = chosen
+    return chosen
+
+
+class EnvRecorder:
+    """Renders world `index` of a MujocoVecEnv: copies its qpos/qvel into a CPU MjData, runs mj_forward, draws.
+
+    Camera: a model camera by name or number, else the model's first camera, else a free camera that tracks
+    the first body when it floats (locomotion) or looks at the whole model when it does not.
+    """
+
+    def __init__(
+        self, env: Any, width: int = 640, height: int = 480, camera: str | None = None, index: int = 0
+    ) -> None:
+        import mujoco
+
+        self.env = env
+        self.index = index
+        self.model = env.mj_model
+        vis = self.model.vis.global_
+        vis.offwidth, vis.offheight = max(vis.offwidth, width), max(vis.offheight, height)
+        self.data = mujoco.MjData(self.model)
+        try:
+            self.renderer = mujoco.Renderer(self.model, height=height, width=width)
+        except Exception as exc:  # noqa: BLE001 - no GL context: missing system libraries
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            raise UsageError(
+                f"cannot render with MUJOCO_GL={os.environ.get('MUJOCO_GL', '')!r} ({first}): {GL_PACKAGES_HINT}"
+            ) from None
+        self.camera = self._camera(camera)
+
+    def _camera(self, camera: str | None) -> Any:
+        import mujoco
+
+        m = self.model
+        if camera is not None:
+            cam_id = (
+                int(camera)
+                if camera.lstrip("-").isdigit()
+                else mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_CAMERA, camera)
+            )
+            if not -1 <= cam_id < m.ncam:
+                names = [mujoco.mj_id2name(m, mujoco.mjtObj.mjOBJ_CAMERA, i) for i in range(m.ncam)]
+                raise UsageError(
+                    f"--video-camera {camera!r}: the model's cameras are {names or 'none'} (or -1: free)"
+                )
+            return cam_id
+        if m.ncam > 0:
+            return 0
+        cam = mujoco.MjvCamera()
+        mujoco.mjv_defaultFreeCamera(m, cam)
+        floating = (
+            m.nbody > 1
+            and m.body_jntnum[1] > 0
+            and m.jnt_type[m.body_jntadr[1]] == mujoco.mjtJoint.mjJNT_FREE
+        )
+        if floating:
+            cam.type = mujoco.mjtCamera.mjCAMERA_TRACKING
+            cam.trackbodyid = 1
+            cam.distance = max(2.0, 3.0 * float(m.stat.extent) / 4)
+            cam.elevation = -20.0
+        return cam
+
+    def frame(self) -> np.ndarray:
+        """The current state of the recorded world as an (height, width, 3) uint8 image."""
+        import mujoco
+
+        sim = self.env.sim
+        self.data.qpos[:] = sim.qpos[self.index].detach().cpu().numpy()
+        self.data.qvel[:] = sim.qvel[self.index].detach().cpu().numpy()
+        if self.model.nmocap:
+            self.data.mocap_pos[:] = sim.data_view("mocap_pos")[self.index].detach().cpu().numpy()
+            self.data.mocap_quat[:] = sim.data_view("mocap_quat")[self.index].detach().cpu().numpy()
+        mujoco.mj_forward(self.model, self.data)
+        self.renderer.update_scene(self.data, camera=self.camera)
+        return self.renderer.render()
+
+    def close(self) -> None:
+        self.renderer.close()
+
+
+class Mp4Writer:
+    """Frames -> H.264 mp4 (yuv420p, so width and height must be even) through imageio-ffmpeg's bundled ffmpeg.
+
+    Written to a temporary name and renamed on close, so a video file is either complete or absent.
+    """
+
+    def __init__(self, path: str | os.PathLike, width: int, height: int, fps: float) -> None:
+        import imageio_ffmpeg
+
+        if width % 2 or height % 2:
+            raise UsageError(f"video width and height must be even (H.264), got {width}x{height}")
+        self.path = pathlib.Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._tmp = self.path.with_name(f".{self.path.stem}.tmp.mp4")
+        self.size = (width, height)
+        self.frames = 0
+        self._writer = imageio_ffmpeg.write_frames(
+            str(self._tmp),
+            self.size,
+            fps=fps,
+            codec="libx264",
+            pix_fmt_out="yuv420p",
+            quality=7,
+            macro_block_size=1,
+            ffmpeg_log_level="error",
+        )
+        self._writer.send(None)  # start ffmpeg
+
+    def write(self, frame: np.ndarray) -> None:
+        if frame.shape[:2] != (self.size[1], self.size[0]):
+            raise ValueError(f"frame of shape {frame.shape} does not match the video size {self.size}")
+        self._writer.send(np.ascontiguousarray(frame, dtype=np.uint8))
+        self.frames += 1
+
+    def close(self) -> pathlib.Path:
+        self._writer.close()
+        os.replace(self._tmp, self.path)
+        return self.path

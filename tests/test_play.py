@@ -1,0 +1,211 @@
+"""`play`: evaluation, video and ONNX export of a freshly trained Cartpole-Balance policy, as a user runs it."""
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+from mjfleet.runs.checkpoints import read_checkpoint
+
+BIN = pathlib.Path(sys.executable).parent
+# One-second episodes (50 policy steps): short enough that training reports complete episodes within a few
+# iterations, and that Cartpole-Balance is learnt in ~20 small iterations.
+SHORT_EPISODES = ["--env.episode-length-s", "1.0"]
+ITERATIONS = 20
+VIDEO = {"length": 60, "width": 160, "height": 120}
+
+
+def run(script: str, *args: str, cwd, timeout: float = 300, **env: str) -> subprocess.CompletedProcess:
+    result = subprocess.run(
+        [str(BIN / script), *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **env},
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """A Cartpole-Balance run trained by the real `train` command; returns (workdir, run_dir, last record)."""
+    cwd = tmp_path_factory.mktemp("play")
+    run("train", "Cartpole-Balance", "--gpu-ids", "None", "--num-envs", "64", "--agent.num-steps-per-env", "8",
+        "--max-iterations", str(ITERATIONS), "--logger", "none", "--log-format", "compact", *SHORT_EPISODES,
+        cwd=cwd)  # fmt: skip
+    (run_dir,) = (cwd / "logs" / "cartpole_balance").iterdir()
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return cwd, run_dir, records
+
+
+@pytest.fixture(scope="module")
+def played(trained):
+    """`play` with --video and --export on the trained run's latest checkpoint; returns (stdout, eval.json).
+
+    Without a headless OpenGL (EGL or OSMesa; .ci/run installs Mesa's EGL) it plays without --video."""
+    from mjfleet.runs.video import working_gl_backend
+
+    cwd, run_dir, _ = trained
+    video, gl = [], os.environ.get("MUJOCO_GL") or working_gl_backend()
+    if gl:
+        video = ["--video", "--video-length", str(VIDEO["length"]), "--video-width", str(VIDEO["width"]),
+                 "--video-height", str(VIDEO["height"])]  # fmt: skip
+    result = run("play", "Cartpole-Balance", "--gpu-ids", "None", *SHORT_EPISODES, "--episodes", "32",
+                 "--num-envs", "16", *video, "--export", cwd=cwd, **({"MUJOCO_GL": gl} if gl else {}))  # fmt: skip
+    return result.stdout, json.loads((run_dir / "eval.json").read_text())
+
+
+def test_play_return_is_consistent_with_the_training_return(trained, played):
+    _, run_dir, records = trained
+    out, report = played
+    max_return = 50.0  # one reward point per policy step at most, 50 steps per episode
+    train_return = float(np.mean([r["mean_return"] for r in records[-3:]]))
+    assert train_return > 0.8 * max_return, "the policy did not learn: the test proves nothing"
+    assert (
+        report["checkpoint"] == str(run_dir / f"model_{ITERATIONS}.pt") and report["iteration"] == ITERATIONS
+    )
+    assert report["deterministic"] is True and report["episodes"] == 32
+    # The deterministic policy does at least as well as the noisy training rollouts, and cannot beat the maximum.
+    assert train_return - 0.05 * max_return <= report["mean_return"] <= max_return
+    assert report["mean_episode_length"] <= 50
+    assert f"mean return {report['mean_return']:.2f}" in out
+
+
+def test_eval_json_has_the_return_statistics_and_the_tasks_episode_metrics(played):
+    _, report = played
+    for key in ("mean_return", "std_return", "mean_episode_length", "episodes", "num_envs", "task"):
+        assert key in report
+    terms = report["episode_metrics"]
+    assert {
+        "Episode_Reward/upright",
+        "Episode_Reward/centered",
+        "Episode_Termination/time_out",
+    } <= terms.keys()
+    # The reward terms add up to the return (both averaged over the finished episodes).
+    total = sum(v for k, v in terms.items() if k.startswith("Episode_Reward/"))
+    assert total == pytest.approx(report["mean_return"], rel=0.05)
+
+
+def test_video_has_the_requested_frames_and_size(played):
+    import imageio_ffmpeg
+
+    _, report = played
+    if report["video"] is None:
+        pytest.skip(
+            "no headless OpenGL here: apt-get install libegl1 libegl-mesa0 libgl1-mesa-dri (see .ci/run)"
+        )
+    path = pathlib.Path(report["video"])
+    assert path.suffix == ".mp4" and path.parent.name == "videos"
+    frames = imageio_ffmpeg.read_frames(str(path))
+    meta = next(frames)
+    images = [np.frombuffer(f, np.uint8).reshape(VIDEO["height"], VIDEO["width"], 3) for f in frames]
+    assert tuple(meta["size"]) == (VIDEO["width"], VIDEO["height"])
+    assert meta["fps"] == pytest.approx(50.0)  # the policy rate
+    assert len(images) == VIDEO["length"] == report["video_frames"]
+    assert images[0].std() > 5, "blank frame"
+
+
+def test_export_writes_an_onnx_policy_that_matches_torch(trained, played):
+    import onnxruntime as ort
+    from tensordict import TensorDict
+
+    from mjfleet.rl.export import build_actor
+
+    _, run_dir, _ = trained
+    out, _ = played
+    exported = run_dir / "exported"
+    meta = json.loads((exported / "policy.json").read_text())
+    assert meta["onnx"]["max_abs_diff_vs_torch"] <= 1e-5
+    assert meta["input"]["groups"] == [{"name": "actor", "size": 5}] and meta["output"]["size"] == 1
+    assert meta["control_rate_hz"] == pytest.approx(50.0) and meta["actions"]["action_scale"] == 1.0
+    assert (exported / "policy.pt").is_file()
+    assert "ONNX matches torch" in out
+
+    # Check it independently: a batch of observations through onnxruntime and through the checkpoint's policy.
+    state = read_checkpoint(run_dir / f"model_{ITERATIONS}.pt")
+    obs = torch.randn(64, 5, generator=torch.Generator().manual_seed(7))
+    actor = build_actor(state, TensorDict({"actor": obs}, batch_size=[64]), 1)
+    with torch.inference_mode():
+        expected = actor(TensorDict({"actor": obs}, batch_size=[64])).numpy()
+    session = ort.InferenceSession(str(exported / "policy.onnx"), providers=["CPUExecutionProvider"])
+    (got,) = session.run(None, {"obs": obs.numpy()})
+    assert np.abs(got - expected).max() <= 1e-5
+
+
+def test_training_wrote_a_reward_curve(trained):
+    import matplotlib.image
+
+    _, run_dir, _ = trained
+    data = (run_dir / "reward_curve.png").read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000
+    image = matplotlib.image.imread(str(run_dir / "reward_curve.png"))
+    assert image.shape[0] >= 400 and image.shape[1] >= 600
+    assert float(image[..., :3].std()) > 0.05, "the plot is blank"
+
+
+def test_random_baseline_needs_no_checkpoint_and_scores_below_the_trained_policy(
+    tmp_path, monkeypatch, played
+):
+    from mjfleet.cli.play import main
+
+    _, trained_report = played
+    monkeypatch.chdir(tmp_path)  # no logs/ here: nothing to load
+    main(["Cartpole-Balance", "--gpu-ids", "None", *SHORT_EPISODES, "--agent", "random", "--episodes", "32"])
+    report = json.loads(
+        (tmp_path / "logs" / "cartpole_balance" / "baseline_random" / "eval.json").read_text()
+    )
+    assert report["policy"] == "random" and report["checkpoint"] is None and report["episodes"] == 32
+    assert report["mean_return"] < 0.8 * trained_report["mean_return"]
+
+
+def test_export_detects_an_onnx_model_that_differs_from_the_policy(tmp_path):
+    from tensordict import TensorDict
+
+    from mjfleet.rl.config import AgentConfig
+    from mjfleet.rl.export import ExportError, check_onnx, export_policy
+
+    agent = AgentConfig()
+    agent.actor.obs_normalization = True
+    cfg = agent.to_rsl_rl()
+    cfg["obs_groups"] = {"actor": ["actor", "extra"], "critic": ["actor"]}
+    obs = TensorDict({"actor": torch.randn(8, 3), "extra": torch.randn(8, 4)}, batch_size=[8])
+    from rsl_rl.models import MLPModel
+
+    actor = MLPModel(obs, cfg["obs_groups"], "actor", 2, hidden_dims=[16], obs_normalization=True,
+                     distribution_cfg=cfg["actor"]["distribution_cfg"])  # fmt: skip
+    actor.obs_normalizer.update(torch.cat([obs["actor"], obs["extra"]], dim=1) * 3 + 1)
+    actor.eval()
+    files = export_policy(actor, obs, tmp_path, {"task": "test"})
+    assert json.loads(files["metadata"].read_text())["onnx"]["max_abs_diff_vs_torch"] <= 1e-5
+    with torch.no_grad():
+        actor.mlp[0].bias += 1e-3  # the torch policy changes; the exported file does not
+    with pytest.raises(ExportError, match="differs"):
+        check_onnx(files["onnx"], actor, obs)
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--agent", "random", "--export"], "--export needs a trained policy"),
+        (["--video", "--video-width", "161"], "even"),
+        ([], "no runs in"),
+        (["--gpu-ids", "0", "1"], "--gpu-ids"),
+    ],
+)
+def test_play_usage_errors_are_one_line_with_exit_status_2(args, needle, tmp_path, monkeypatch, capsys):
+    from mjfleet.cli.play import main
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("MUJOCO_GL", os.environ.get("MUJOCO_GL", "egl"))  # no backend probe in-process
+    with pytest.raises(SystemExit) as exit_info:
+        main(["Cartpole-Balance", *args])
+    err = capsys.readouterr().err
+    lines = [line for line in err.strip().splitlines() if line.strip()]
+    assert exit_info.value.code == 2 and len(lines) == 1 and needle in lines[0], err

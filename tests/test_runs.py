@@ -1,0 +1,435 @@
+"""Runs: resume, checkpoint retention, graceful stop on SIGINT, plots, wandb — real simulator, real processes."""
+
+import json
+import os
+import pathlib
+import shlex
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+import yaml
+
+from mjfleet.errors import UsageError
+from mjfleet.runs.checkpoints import Retention, checkpoints_in, find_checkpoint, read_checkpoint
+
+BIN = pathlib.Path(sys.executable).parent
+EXPERIMENT = "cartpole_balance"
+# 5 epochs x 4 mini-batches: the Cartpole agent's optimizer steps per iteration.
+OPTIMIZER_STEPS_PER_ITERATION = 20
+SMALL = [
+    "--num-envs",
+    "32",
+    "--agent.num-steps-per-env",
+    "8",
+    "--logger",
+    "none",
+    "--log-format",
+    "compact",
+]
+
+
+# --------------------------------------------------------------------------- helpers
+def start_train(cwd: pathlib.Path, *args: str) -> subprocess.Popen:
+    """`train` in its own session, so that afterwards the whole session can be checked for leftovers."""
+    return subprocess.Popen(
+        [str(BIN / "train"), "Cartpole-Balance", *args],
+        cwd=cwd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        env=os.environ.copy(),
+    )
+
+
+def wait_for_iterations(
+    proc: subprocess.Popen, cwd: pathlib.Path, n: int, timeout: float = 300
+) -> pathlib.Path:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, f"train exited early: {proc.communicate()[1][-2000:]}"
+        for metrics in (cwd / "logs" / EXPERIMENT).glob("*/metrics.jsonl"):
+            if len(metrics.read_text().splitlines()) >= n:
+                return metrics.parent
+        time.sleep(0.2)
+    proc.kill()
+    raise AssertionError(f"train did not reach {n} iterations in {timeout} s")
+
+
+def live_processes_in_session(sid: int) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = pathlib.Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            fields = stat[stat.rfind(")") + 2 :].split()
+            if int(fields[3]) == sid and fields[0] != "Z":
+                found.append(int(entry))
+    return found
+
+
+def interrupt(proc: subprocess.Popen, timeout: float = 120) -> tuple[str, str]:
+    proc.send_signal(signal.SIGINT)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    time.sleep(0.5)
+    assert live_processes_in_session(proc.pid) == [], "processes of the run outlived it"
+    return out, err
+
+
+def iterations_in(run_dir: pathlib.Path) -> list[int]:
+    return [json.loads(line)["iteration"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def expected_kept(last: int, save_interval: int, keep_last: int, keep_every: int) -> list[int]:
+    saved = sorted({i for i in range(1, last + 1) if i % save_interval == 0 or i % keep_every == 0} | {last})
+    return sorted(set(saved[-keep_last:]) | {i for i in saved if i % keep_every == 0})
+
+
+def resume_hint(err: str) -> list[str]:
+    (line,) = [line for line in err.splitlines() if line.startswith("resume with: ")]
+    words = shlex.split(line.removeprefix("resume with: "))
+    assert words[:3] == ["uv", "run", "train"]
+    return [str(BIN / "train"), *words[3:]]
+
+
+def fake_checkpoint(path: pathlib.Path, content: bytes = b"x") -> pathlib.Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(content)
+    return path
+
+
+# --------------------------------------------------------------------------- retention
+def test_retention_keeps_the_newest_and_every_milestone():
+    policy = Retention(keep_last=2, keep_every=4)
+    assert policy.to_delete([2, 4, 6, 8, 10, 12, 14]) == [2, 6, 10]
+
+
+def test_retention_zero_disables_each_rule():
+    assert Retention(keep_last=0, keep_every=4).to_delete([1, 2, 3, 4, 5]) == []
+    assert Retention(keep_last=1, keep_every=0).to_delete([1, 2, 3]) == [1, 2]
+
+
+def test_retention_prunes_files_and_ignores_half_written_ones(tmp_path):
+    for it in (1, 2, 3, 4):
+        fake_checkpoint(tmp_path / f"model_{it}.pt")
+    fake_checkpoint(tmp_path / ".model_5.pt.tmp")
+    Retention(keep_last=1, keep_every=2).prune(tmp_path)
+    assert [it for it, _ in checkpoints_in(tmp_path)] == [2, 4]
+    assert (tmp_path / ".model_5.pt.tmp").exists()
+
+
+# --------------------------------------------------------------------------- finding checkpoints
+def test_resume_picks_the_newest_run_that_has_a_checkpoint(tmp_path):
+    exp = tmp_path / EXPERIMENT
+    fake_checkpoint(exp / "2026-01-01_00-00-00" / "model_2.pt")
+    newest_ckpt = fake_checkpoint(exp / "2026-01-02_00-00-00_a" / "model_10.pt")
+    fake_checkpoint(exp / "2026-01-02_00-00-00_a" / "model_8.pt")
+    (exp / "2026-01-03_00-00-00" / "params").mkdir(parents=True)  # a run that died before its first save
+    (exp / "baseline_random").mkdir()  # not a run directory
+    assert find_checkpoint(exp) == newest_ckpt.resolve()
+
+
+def test_load_run_regex_path_and_checkpoint_number_select_a_checkpoint(tmp_path):
+    exp = tmp_path / EXPERIMENT
+    old = fake_checkpoint(exp / "2026-01-01_00-00-00_alpha" / "model_4.pt")
+    fake_checkpoint(exp / "2026-01-01_00-00-00_alpha" / "model_6.pt")
+    fake_checkpoint(exp / "2026-01-02_00-00-00_beta" / "model_9.pt")
+    assert find_checkpoint(exp, "alpha", "4") == old.resolve()
+    assert find_checkpoint(exp, str(old.parent), None).name == "model_6.pt"
+    assert find_checkpoint(exp, None, str(old)) == old.resolve()
+
+
+@pytest.mark.parametrize(
+    ("load_run", "checkpoint", "needle"),
+    [
+        (None, None, "no runs in"),
+        ("gamma", None, "no run directory"),
+        ("alpha", "7", "iterations saved in that run: 4"),
+        (None, "missing.pt", "no such file"),
+    ],
+)
+def test_missing_runs_and_checkpoints_are_usage_errors(tmp_path, load_run, checkpoint, needle):
+    exp = tmp_path / EXPERIMENT
+    if load_run is not None:
+        fake_checkpoint(exp / "2026-01-01_00-00-00_alpha" / "model_4.pt")
+    with pytest.raises(UsageError, match=needle):
+        find_checkpoint(exp, load_run, checkpoint)
+
+
+def test_an_unreadable_checkpoint_is_a_usage_error(tmp_path):
+    with pytest.raises(UsageError, match="cannot read checkpoint"):
+        read_checkpoint(fake_checkpoint(tmp_path / "model_3.pt", b"not a torch file"))
+
+
+@pytest.mark.parametrize(
+    ("existing", "args", "needle"),
+    [
+        (None, ["--resume"], "no runs in"),
+        (None, ["--checkpoint", "missing.pt"], "no such file"),
+        (b"truncated", ["--resume"], "cannot read checkpoint"),
+        ("iteration 2", ["--load-run", "2026-01-01", "--max-iterations", "2"], "already at iteration 2"),
+    ],
+)
+def test_train_resume_errors_are_one_line_with_exit_status_2(
+    existing, args, needle, tmp_path, monkeypatch, capsys
+):
+    from mjfleet.cli.train import main
+
+    monkeypatch.chdir(tmp_path)
+    experiment = tmp_path / "logs" / EXPERIMENT
+    if existing is not None:
+        path = fake_checkpoint(experiment / "2026-01-01_00-00-00" / "model_2.pt")
+        if isinstance(existing, bytes):
+            path.write_bytes(existing)
+        else:
+            torch.save({"iter": 2, "actor_state_dict": {}}, path)
+    runs_before = sorted(experiment.iterdir()) if experiment.exists() else []
+    with pytest.raises(SystemExit) as exit_info:
+        main(["Cartpole-Balance", "--gpu-ids", "None", *args])
+    err = capsys.readouterr().err
+    lines = [line for line in err.strip().splitlines() if line.strip()]
+    assert exit_info.value.code == 2 and len(lines) == 1 and needle in lines[0], err
+    runs_after = sorted(experiment.iterdir()) if experiment.exists() else []
+    assert runs_after == runs_before, "a failed resume must not create a run directory"
+
+
+@pytest.mark.skipif(
+    __import__("importlib").util.find_spec("wandb") is not None, reason="wandb is installed here"
+)
+def test_logger_wandb_without_wandb_installed_is_a_one_line_error(tmp_path, monkeypatch, capsys):
+    from mjfleet.cli.train import main
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["Cartpole-Balance", "--gpu-ids", "None", "--logger", "wandb"])
+    err = capsys.readouterr().err.strip()
+    assert exit_info.value.code == 2 and "\n" not in err and "uv sync --extra wandb" in err
+
+
+# --------------------------------------------------------------------------- checkpoint contents, in-process
+def _runner(tmp_path, seed):
+    from mjfleet.rl import FleetRunner
+    from mjfleet.runs import RunDir
+    from mjfleet.tasks import get_task
+
+    spec = get_task("Cartpole-Balance")
+    env_cfg = spec.env_config()
+    env_cfg.num_envs = 16
+    env_cfg.episode_length_s = 0.3
+    agent = spec.agent_config()
+    agent.num_steps_per_env = 8
+    agent.logger = "none"
+    agent.actor.obs_normalization = True
+    agent.critic.obs_normalization = True
+    torch.manual_seed(seed)
+    run_dir = RunDir.new(agent.experiment_name, root=tmp_path)
+    run_dir.create()
+    return FleetRunner(spec.make_env(env_cfg), agent, run_dir, "cpu"), run_dir
+
+
+def test_loading_restores_optimizer_normaliser_iteration_and_rng_state(tmp_path):
+    trained, run_dir = _runner(tmp_path / "a", seed=1)
+    trained.learn(2)
+    trained.close()
+    path = run_dir.checkpoint(2)
+    saved = torch.load(path, map_location="cpu", weights_only=True)
+
+    fresh, _ = _runner(tmp_path / "b", seed=2)
+    torch.manual_seed(123)  # a different random stream, to be replaced by the checkpoint's
+    fresh.load(path, map_location="cpu")
+    assert fresh.current_learning_iteration == 2 and fresh.env_steps == 2 * 8 * 16
+
+    restored = fresh.alg.optimizer.state_dict()
+    assert restored["param_groups"][0]["lr"] == saved["optimizer_state_dict"]["param_groups"][0]["lr"]
+    assert len(restored["state"]) == len(saved["optimizer_state_dict"]["state"]) > 0
+    for index, tensors in saved["optimizer_state_dict"]["state"].items():
+        assert float(tensors["step"]) == 2 * OPTIMIZER_STEPS_PER_ITERATION
+        for name, value in tensors.items():
+            assert torch.equal(restored["state"][index][name].cpu(), value), (index, name)
+
+    normaliser = fresh.alg.get_policy().obs_normalizer
+    assert int(normaliser.count) > 0
+    assert torch.equal(normaliser._mean, saved["actor_state_dict"]["obs_normalizer._mean"])
+    assert torch.equal(torch.get_rng_state(), saved["rng_states"][0]["torch"])
+
+
+def test_checkpoint_holds_what_is_needed_to_rebuild_the_policy_on_cpu(tmp_path):
+    from tensordict import TensorDict
+
+    from mjfleet.rl.export import build_actor
+
+    runner, run_dir = _runner(tmp_path, seed=3)
+    runner.learn(1)
+    runner.close()
+    state = read_checkpoint(run_dir.checkpoint(1))
+    infos = state["infos"]
+    assert infos["observations"] == {"actor": 5, "critic": 5} and infos["num_actions"] == 1
+    assert state["agent_cfg"]["actor"]["obs_normalization"] is True
+    obs = TensorDict({k: torch.zeros(1, n) for k, n in infos["observations"].items()}, batch_size=[1])
+    actor = build_actor(state, obs, infos["num_actions"], "cpu")
+    expected = runner.alg.get_policy().to("cpu").eval()
+    probe = TensorDict({k: torch.randn(4, n) for k, n in infos["observations"].items()}, batch_size=[4])
+    with torch.inference_mode():
+        assert torch.equal(actor(probe), expected(probe))
+
+
+# --------------------------------------------------------------------------- signals and resume, real processes
+@pytest.mark.skipif(not pathlib.Path("/proc/self").is_dir(), reason="process checks read /proc")
+def test_sigint_saves_prints_the_resume_command_and_resuming_continues_the_numbering(tmp_path):
+    flags = ["--gpu-ids", "None", *SMALL, "--max-iterations", "1000", "--save-interval", "2"]
+    flags += ["--keep-last", "2", "--keep-every", "4"]
+    proc = start_train(tmp_path, *flags)
+    run_dir = wait_for_iterations(proc, tmp_path, 5)
+    out, err = interrupt(proc)
+
+    assert proc.returncode == 128 + signal.SIGINT, err
+    last = iterations_in(run_dir)[-1] + 1
+    assert last >= 5
+    assert [it for it, _ in checkpoints_in(run_dir)] == expected_kept(last, 2, 2, 4)
+    assert not list(run_dir.glob(".*.tmp"))
+    state = read_checkpoint(run_dir / f"model_{last}.pt")
+    assert state["iter"] == last
+    assert f"after iteration {last}" in err
+    progress = [line for line in out.splitlines() if line.startswith("it ")]
+    assert len(progress) >= last and not any(line.startswith("    collect") for line in out.splitlines())
+
+    # The printed command resumes it; --max-iterations counts from 0, so this trains two more iterations.
+    resumed = subprocess.run(
+        [*resume_hint(err), "--max-iterations", str(last + 2), "--export-on-save"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert resumed.returncode == 0, resumed.stderr
+    (new_run,) = [p for p in (tmp_path / "logs" / EXPERIMENT).iterdir() if p != run_dir]
+    assert iterations_in(new_run) == [last, last + 1]
+    run_yaml = yaml.safe_load((new_run / "params" / "run.yaml").read_text())
+    assert (
+        run_yaml["resumed_from"] == str(run_dir / f"model_{last}.pt") and run_yaml["start_iteration"] == last
+    )
+    final = read_checkpoint(new_run / f"model_{last + 2}.pt")
+    assert final["iter"] == last + 2
+    assert final["env_steps"] == (last + 2) * 8 * 32
+    # Adam's step counters continue from the checkpoint: the optimizer state was restored, not re-initialised.
+    steps = {float(s["step"]) for s in final["optimizer_state_dict"]["state"].values()}
+    assert steps == {(last + 2) * OPTIMIZER_STEPS_PER_ITERATION}
+    exported = json.loads((new_run / "exported" / "policy.json").read_text())
+    assert exported["iteration"] == last + 2 and exported["onnx"]["max_abs_diff_vs_torch"] <= 1e-5
+    assert (new_run / "exported" / "policy.onnx").is_file()
+
+
+@pytest.mark.skipif(not pathlib.Path("/proc/self").is_dir(), reason="process checks read /proc")
+def test_sigint_with_two_cpu_workers_stops_both_at_the_same_iteration_and_saves(tmp_path):
+    flags = ["--gpu-ids", "None", "--cpu-workers", "2", *SMALL, "--max-iterations", "1000"]
+    flags += ["--save-interval", "3", "--keep-last", "1", "--keep-every", "0"]
+    proc = start_train(tmp_path, *flags)
+    run_dir = wait_for_iterations(proc, tmp_path, 4)
+    out, err = interrupt(proc)
+
+    assert proc.returncode == 128 + signal.SIGINT, err
+    last = iterations_in(run_dir)[-1] + 1
+    assert [it for it, _ in checkpoints_in(run_dir)] == [last]
+    state = read_checkpoint(run_dir / f"model_{last}.pt")
+    # Both ranks took part in the final save (it gathers every rank's RNG state): they stopped together.
+    assert state["iter"] == last and len(state["rng_states"]) == 2
+    assert not torch.equal(state["rng_states"][0]["torch"], state["rng_states"][1]["torch"])
+    assert "--load-run" in resume_hint(err) and "--cpu-workers" in resume_hint(err)
+    assert "Traceback" not in err
+
+
+@pytest.mark.slow
+def test_resume_with_two_cpu_workers_continues_from_the_checkpoint(tmp_path):
+    base = ["--gpu-ids", "None", "--cpu-workers", "2", *SMALL, "--save-interval", "2"]
+    first = subprocess.run(
+        [str(BIN / "train"), "Cartpole-Balance", *base, "--max-iterations", "2"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert first.returncode == 0, first.stderr
+    second = subprocess.run(
+        [str(BIN / "train"), "Cartpole-Balance", *base, "--max-iterations", "4", "--resume"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert second.returncode == 0, second.stderr
+    old, new = sorted((tmp_path / "logs" / EXPERIMENT).iterdir())
+    assert iterations_in(new) == [2, 3]
+    state = read_checkpoint(new / "model_4.pt")
+    assert {float(s["step"]) for s in state["optimizer_state_dict"]["state"].values()} == {
+        4 * OPTIMIZER_STEPS_PER_ITERATION
+    }
+
+
+# --------------------------------------------------------------------------- plots
+def test_plot_cli_draws_the_reward_curve_of_a_run(tmp_path):
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    records = [
+        {
+            "iteration": i,
+            "env_steps": 256 * (i + 1),
+            "mean_return": 10.0 + i * i,
+            "mean_episode_length": 5.0 + i,
+        }
+        for i in range(20)
+    ]
+    (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records) + '{"torn')
+    result = subprocess.run([str(BIN / "plot"), str(run_dir)], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert_real_plot(run_dir / "reward_curve.png")
+
+
+def test_plot_without_metrics_is_a_one_line_error(tmp_path, capsys):
+    from mjfleet.cli.plot import main
+
+    with pytest.raises(SystemExit) as exit_info:
+        main([str(tmp_path)])
+    err = capsys.readouterr().err.strip()
+    assert exit_info.value.code == 2 and "\n" not in err and "metrics.jsonl" in err
+
+
+def assert_real_plot(path: pathlib.Path) -> None:
+    import matplotlib.image
+
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000
+    image = matplotlib.image.imread(str(path))
+    assert image.shape[0] >= 400 and image.shape[1] >= 600
+    assert float(image[..., :3].std()) > 0.05, "the plot is blank"
+
+
+# --------------------------------------------------------------------------- wandb (optional extra)
+@pytest.mark.slow
+@pytest.mark.skipif(
+    __import__("importlib").util.find_spec("wandb") is None, reason="needs `uv sync --extra wandb`"
+)
+def test_wandb_offline_logs_metrics_and_uploads_checkpoints_when_asked(tmp_path):
+    env = dict(os.environ, WANDB_MODE="offline", WANDB_SILENT="true")
+    result = subprocess.run(
+        [str(BIN / "train"), "Cartpole-Balance", "--gpu-ids", "None", *SMALL[:4], "--max-iterations", "2"]
+        + ["--logger", "wandb", "--wandb-project", "mjfleet-test", "--wandb-upload-checkpoints"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
+    assert result.returncode == 0, result.stderr
+    (run_dir,) = (tmp_path / "logs" / EXPERIMENT).iterdir()
+    (offline,) = (run_dir / "wandb").glob("offline-run-*")
+    assert list(offline.glob("*.wandb"))
