@@ -36,7 +36,7 @@ def shell_commands() -> list[tuple[str, str]]:
     for path in DOCS:
         for block in re.findall(r"```(?:bash|sh|shell)\n(.*?)```", path.read_text(), re.DOTALL):
             for line in block.splitlines():
-                line = line.split("  #")[0].strip()
+                line = re.split(r"\s#\s", line)[0].strip()
                 if line and not line.startswith("#"):
                     found.append((path.name, line))
     return found
@@ -49,6 +49,16 @@ def test_the_docs_show_commands():
     assert len(COMMANDS) >= 10
     assert any(cmd == "uv run train Cartpole-Balance" for _, cmd in COMMANDS)
     assert any(cmd == "uv run pytest" for _, cmd in COMMANDS)
+
+
+def test_cli_reference_matches_the_commands_help():
+    import runpy
+
+    generator = runpy.run_path(str(ROOT / "scripts" / "gen_cli_docs.py"))
+    expected = generator["render"]()
+    assert (ROOT / "docs" / "cli.md").read_text() == expected, (
+        "docs/cli.md is stale: run `uv run python scripts/gen_cli_docs.py`"
+    )
 
 
 def _split_env(words: list[str]) -> tuple[dict[str, str], list[str]]:
