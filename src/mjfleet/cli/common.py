@@ -79,3 +79,22 @@ def with_task_configs(base: type, env_default: Any, agent_default: Any, name: st
         ],
         bases=(base,),
     )
+
+
+def parse_task_command(
+    argv: list[str], prog: str, usage: str, flags_base: type, description: str | None = None
+):
+    """(task name, flags) for `<prog> <Task> [flags]`: `flags_base` plus the task's own --env.* / --agent.*."""
+    import tyro
+
+    from mjfleet.tasks import get_task
+
+    task_name, rest = split_task(argv, prog, usage)
+    spec = get_task(task_name)
+    flags_type = with_task_configs(
+        flags_base, spec.env_config(), spec.agent_config(), f"{prog.title()}Config"
+    )
+    flags = tyro.cli(
+        flags_type, args=rest, prog=f"{prog} {spec.name}", description=description or spec.description
+    )
+    return spec.name, flags

@@ -12,9 +12,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Literal
 
-import tyro
-
-from mjfleet.cli.common import quiet_warp, split_task, user_errors, with_task_configs
+from mjfleet.cli.common import parse_task_command, quiet_warp, user_errors
 from mjfleet.errors import UsageError
 
 PROG = "play"
@@ -66,15 +64,7 @@ class PlayFlags:
 
 
 def parse_args(argv: list[str]) -> tuple[str, Any]:
-    from mjfleet.tasks import get_task
-
-    task_name, rest = split_task(argv, PROG, USAGE)
-    spec = get_task(task_name)
-    flags_type = with_task_configs(PlayFlags, spec.env_config(), spec.agent_config(), "PlayConfig")
-    flags = tyro.cli(
-        flags_type, args=_agent_alias(rest), prog=f"{PROG} {spec.name}", description=PlayFlags.__doc__
-    )
-    return spec.name, flags
+    return parse_task_command(_agent_alias(argv), PROG, USAGE, PlayFlags, description=PlayFlags.__doc__)
 
 
 def _agent_alias(args: list[str]) -> list[str]:

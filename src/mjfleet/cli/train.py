@@ -12,9 +12,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Literal
 
-import tyro
-
-from mjfleet.cli.common import quiet_warp, split_task, user_errors, with_task_configs
+from mjfleet.cli.common import parse_task_command, quiet_warp, user_errors
 from mjfleet.envs import EnvConfig
 from mjfleet.errors import UsageError
 from mjfleet.launch.devices import WorkerPlan, make_plan, parse_gpu_ids
@@ -106,13 +104,7 @@ class TrainJob:
 
 def parse_args(argv: list[str]) -> tuple[str, Any]:
     """(task name, parsed flags) from the command line."""
-    from mjfleet.tasks import get_task
-
-    task_name, rest = split_task(argv, PROG, USAGE)
-    spec = get_task(task_name)
-    flags_type = with_task_configs(TrainFlags, spec.env_config(), spec.agent_config(), "TrainConfig")
-    flags = tyro.cli(flags_type, args=rest, prog=f"{PROG} {spec.name}", description=spec.description)
-    return spec.name, flags
+    return parse_task_command(argv, PROG, USAGE, TrainFlags)
 
 
 def resolve(task_name: str, flags: Any) -> TrainJob:
