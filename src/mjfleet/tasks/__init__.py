@@ -7,7 +7,7 @@ Tasks that live outside mjfleet register too when their modules are named in MJF
 import importlib as _importlib
 import os as _os
 
-from mjfleet.tasks import cartpole  # noqa: F401 - registers the Cartpole tasks
+from mjfleet.tasks import cartpole, locomotion  # noqa: F401 - importing registers the Cartpole, Quadruped tasks
 from mjfleet.tasks.registry import TaskSpec, get_task, register, task_names
 
 for _module in filter(None, (m.strip() for m in _os.environ.get("MJFLEET_TASK_MODULES", "").split(","))):

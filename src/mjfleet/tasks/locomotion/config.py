@@ -1,0 +1,182 @@
+"""Settings of the quadruped velocity-tracking tasks (flat and rough), as typed dataclasses (tyro flags)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from mjfleet.envs import EnvConfig
+from mjfleet.rl import ActorConfig, AgentConfig, PolicyConfig, PPOConfig
+from mjfleet.tasks.locomotion.terrain import TerrainConfig
+
+
+@dataclass
+class CommandConfig:
+    """Planar velocity commands (base frame), drawn uniformly per environment and redrawn at a fixed interval."""
+
+    resampling_time_s: float = 5.0
+    """Every environment draws a new command this often (and at every reset)."""
+    lin_vel_x: tuple[float, float] = (-1.0, 1.0)
+    """Forward velocity range (m/s)."""
+    lin_vel_y: tuple[float, float] = (-0.6, 0.6)
+    """Sideways velocity range (m/s)."""
+    ang_vel_z: tuple[float, float] = (-1.0, 1.0)
+    """Yaw rate range (rad/s)."""
+    standing_fraction: float = 0.1
+    """Share of draws that command standing still (all zeros)."""
+    min_speed: float = 0.1
+    """Planar commands slower than this (m/s) are set to zero: too small to walk, they only blur the task."""
+
+
+@dataclass
+class NoiseConfig:
+    """Uniform noise (half-ranges, physical units) added to the actor's observations; the critic sees none."""
+
+    enabled: bool = True
+    lin_vel: float = 0.1
+    ang_vel: float = 0.2
+    gravity: float = 0.05
+    joint_pos: float = 0.01
+    joint_vel: float = 1.5
+    height_scan: float = 0.1
+
+
+@dataclass
+class HeightScanConfig:
+    """Terrain heights on a grid around the base (aligned with its heading), read from the known height map."""
+
+    enabled: bool = False
+    size: tuple[float, float] = (1.6, 1.0)
+    """Grid extent along the base's x (forward) and y (left) axes (m), centred on the base."""
+    resolution: float = 0.1
+    """Grid spacing (m): (1.6, 1.0) at 0.1 gives 17 x 11 = 187 points."""
+    in_actor: bool = True
+    """Also give the scan to the actor (the critic always gets it when enabled)."""
+    offset: float = 0.25
+    """Values are base height - terrain height - offset, clipped to [-1, 1]: about 0 when standing on flat ground."""
+
+
+@dataclass
+class EventConfig:
+    """Randomisation: start-up (per-environment physics), reset (initial state) and interval (pushes)."""
+
+    foot_friction: tuple[float, float] = (0.4, 1.25)
+    """Per-environment sliding friction of the feet (it wins over the terrain's: the feet have priority 1)."""
+    added_trunk_mass: tuple[float, float] = (-1.0, 2.0)
+    """Per-environment mass added to the trunk (kg)."""
+    joint_pos: float = 0.2
+    """Initial joint angles: default + uniform in +-this (rad), clipped to the joint range."""
+    joint_vel: float = 0.5
+    """Initial joint velocities: uniform in +-this (rad/s)."""
+    base_lin_vel: float = 0.5
+    """Initial base linear velocity: each component uniform in +-this (m/s)."""
+    base_ang_vel: float = 0.5
+    """Initial base angular velocity: each component uniform in +-this (rad/s)."""
+    spawn_xy: float = 0.5
+    """Initial base position: uniform in +-this around the environment's origin (m); heading uniform."""
+    spawn_height: float = 0.31
+    """Initial trunk height above the ground under it (m): the keyframe's 0.285 plus a small drop."""
+    push_interval_s: tuple[float, float] = (10.0, 15.0)
+    """Each environment is pushed after a random time in this range, then again after a new draw."""
+    push_velocity: float = 0.5
+    """A push adds uniform +-this (m/s) to the base's horizontal velocity; 0 disables pushes."""
+
+
+@dataclass
+class LocomotionRewards:
+    """Reward weights per second of simulated time: each term adds weight * term * step_dt per policy step."""
+
+    track_lin_vel_xy: float = 1.0
+    """exp(-|v_xy - cmd_xy|^2 / sigma): planar velocity tracking in the base frame."""
+    track_ang_vel_z: float = 0.5
+    """exp(-(w_z - cmd_yaw)^2 / sigma): yaw-rate tracking."""
+    lin_vel_z: float = -2.0
+    """v_z^2 of the base (base frame)."""
+    ang_vel_xy: float = -0.05
+    """Roll and pitch rates squared."""
+    orientation: float = -1.0
+    """Squared horizontal part of the projected gravity: not level."""
+    torques: float = -2.0e-4
+    """Sum of squared actuator torques."""
+    joint_acc: float = -2.5e-7
+    """Sum of squared joint accelerations."""
+    action_rate: float = -0.01
+    """Sum of squared changes of the action between policy steps."""
+    joint_limits: float = -10.0
+    """How far joints are beyond their soft limits (rad, summed)."""
+    undesired_contacts: float = -1.0
+    """Number of thigh and calf geoms touching the ground."""
+    feet_air_time: float = 0.25
+    """Sum over touch-downs of (air time - threshold), only while a planar command is given."""
+
+
+@dataclass
+class LocomotionConfig(EnvConfig):
+    """Quadruped velocity tracking. Physics at 200 Hz (model timestep 5 ms), policy at 50 Hz (decimation 4)."""
+
+    decimation: int = 4
+    episode_length_s: float = 20.0
+    action_scale: float = 0.25
+    """Joint targets are default pose + action_scale * action (rad)."""
+    clip_actions: float = 100.0
+    """Effectively unclipped: the servos' ctrlrange (the joint range) limits the targets."""
+    tracking_sigma: float = 0.25
+    """Width of the exponential tracking kernels (variance, (m/s)^2 or (rad/s)^2)."""
+    soft_joint_limit: float = 0.9
+    """The joint-limit penalty starts at this fraction of each joint's range (about its middle)."""
+    feet_air_time_threshold: float = 0.5
+    """Air time (s) at which a step earns zero air-time reward; longer steps earn positive reward."""
+    foot_contact_force: float = 1.0
+    """A foot is in contact when its touch sensor reads more than this (N)."""
+    only_positive_rewards: bool = True
+    """Clip each step's total reward at 0 (legged_gym): with penalties outweighing tracking early in training,
+    negative steps teach the policy to fall on purpose (measured: episodes collapsed to 0.5 s without it)."""
+    max_tilt: float = 1.2
+    """Episodes terminate when the base tilts further than this from upright (rad), or the trunk touches ground."""
+    commands: CommandConfig = field(default_factory=CommandConfig)
+    noise: NoiseConfig = field(default_factory=NoiseConfig)
+    height_scan: HeightScanConfig = field(default_factory=HeightScanConfig)
+    events: EventConfig = field(default_factory=EventConfig)
+    terrain: TerrainConfig = field(default_factory=TerrainConfig)
+    rewards: LocomotionRewards = field(default_factory=LocomotionRewards)
+
+
+def flat_config() -> LocomotionConfig:
+    """Quadruped-Velocity-Flat: a plane, no height scan."""
+    return LocomotionConfig()
+
+
+def rough_config() -> LocomotionConfig:
+    """Quadruped-Velocity-Rough: generated tiles with a curriculum and a height scan for actor and critic."""
+    return LocomotionConfig(
+        terrain=TerrainConfig(kind="rough"),
+        height_scan=HeightScanConfig(enabled=True),
+        # On slopes a level base is wrong: penalise tilt only lightly; reward steps less (stairs need short ones).
+        rewards=LocomotionRewards(orientation=-0.2, feet_air_time=0.125),
+    )
+
+
+def agent_config(experiment: str, hidden_dims: tuple[int, ...], max_iterations: int) -> AgentConfig:
+    """PPO settings known to work for legged velocity tracking (rsl_rl / legged_gym defaults)."""
+    return AgentConfig(
+        experiment_name=experiment,
+        num_steps_per_env=24,
+        max_iterations=max_iterations,
+        save_interval=50,
+        actor=ActorConfig(
+            hidden_dims=hidden_dims, activation="elu", obs_normalization=True, init_noise_std=1.0
+        ),
+        critic=PolicyConfig(hidden_dims=hidden_dims, activation="elu", obs_normalization=True),
+        algorithm=PPOConfig(
+            learning_rate=1e-3,
+            schedule="adaptive",
+            desired_kl=0.01,
+            num_learning_epochs=5,
+            num_mini_batches=4,
+            entropy_coef=0.01,
+            gamma=0.99,
+            lam=0.95,
+            clip_param=0.2,
+            value_loss_coef=1.0,
+            max_grad_norm=1.0,
+        ),
+    )

@@ -1,0 +1,59 @@
+"""Batched quaternion helpers in torch. Quaternions are MuJoCo's (w, x, y, z), unit length, shape (..., 4)."""
+
+from __future__ import annotations
+
+import torch
+
+
+def quat_rotate(q: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """Rotate vectors `v` (..., 3) by quaternions `q` (..., 4): the body-to-world map for a body's orientation."""
+    w, u = q[..., :1], q[..., 1:]
+    t = 2.0 * torch.cross(u, v, dim=-1)
+    return v + w * t + torch.cross(u, t, dim=-1)
+
+
+def quat_rotate_inverse(q: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """Rotate vectors `v` by the inverse of `q`: world-frame vectors expressed in the body frame."""
+    w, u = q[..., :1], q[..., 1:]
+    t = 2.0 * torch.cross(u, v, dim=-1)
+    return v - w * t + torch.cross(u, t, dim=-1)
+
+
+def quat_mul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """Hamilton product a * b (apply b first, then a)."""
+    aw, ax, ay, az = a.unbind(-1)
+    bw, bx, by, bz = b.unbind(-1)
+    return torch.stack(
+        (
+            aw * bw - ax * bx - ay * by - az * bz,
+            aw * bx + ax * bw + ay * bz - az * by,
+            aw * by - ax * bz + ay * bw + az * bx,
+            aw * bz + ax * by - ay * bx + az * bw,
+        ),
+        dim=-1,
+    )
+
+
+def quat_from_yaw(yaw: torch.Tensor) -> torch.Tensor:
+    """Rotations about world z by `yaw` (rad), shape (..., 4)."""
+    half = 0.5 * yaw
+    zero = torch.zeros_like(half)
+    return torch.stack((torch.cos(half), zero, zero, torch.sin(half)), dim=-1)
+
+
+def yaw_from_quat(q: torch.Tensor) -> torch.Tensor:
+    """Heading angle (rotation about world z) of orientations `q`."""
+    w, x, y, z = q.unbind(-1)
+    return torch.atan2(2.0 * (w * z + x * y), 1.0 - 2.0 * (y * y + z * z))
+
+
+def projected_gravity(q: torch.Tensor) -> torch.Tensor:
+    """The unit gravity direction (0, 0, -1) expressed in the body frame; (0, 0, -1) when upright.
+
+    Written out (the third column of R^T, negated) so it costs a few multiplications, no cross products.
+    """
+    w, x, y, z = q.unbind(-1)
+    return torch.stack(
+        (2.0 * (w * y - x * z), -2.0 * (w * x + y * z), -(1.0 - 2.0 * (x * x + y * y))),
+        dim=-1,
+    )
