@@ -114,6 +114,15 @@ def _play(args: list[str]) -> None:
     check_flags(parse_args(args)[1])
 
 
+def _bench(args: list[str]) -> None:
+    from mjfleet.cli.bench import parse_args, resolve
+
+    if "--help" in args or not args:
+        _expect_clean_exit(lambda: parse_args(args))
+        return
+    resolve(*parse_args(args))
+
+
 def _plot(args: list[str]) -> None:
     from mjfleet.cli.plot import parse_args
 
@@ -146,6 +155,7 @@ VALIDATORS = {
     "tasks": _tasks,
     "play": _play,
     "plot": _plot,
+    "bench": _bench,
     "pytest": _pytest,
     "python": _python,
 }

@@ -1,0 +1,374 @@
+"""The measurements, as each worker makes them: physics, environment, rollout and training, timed in blocks.
+
+Every worker runs :func:`bench_worker` (through :func:`mjfleet.launch.launcher.run_workers`). For each
+environment count it builds the task's environment and an mjfleet runner, then times, in this order:
+
+physics   ``Simulation.step()`` replayed alone (one call = ``decimation`` captured physics steps = the physics
+          of one env step), from states reached by the environment with random actions;
+env       ``env.step(random actions)``;
+rollout   ``alg.act`` + ``env.step`` + ``alg.process_env_step``: data collection without the update;
+training  full PPO iterations through ``FleetRunner.learn`` (collection + update), after one warm-up iteration.
+
+Blocks start together on all workers (a collective acts as barrier) and the device is synchronised
+around each, so a block's time on the slowest worker is the time the whole fleet took. Workers return raw
+times only; :mod:`mjfleet.bench.report` turns them into rates and ratios.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import gc
+import io
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from mjfleet.bench import machine
+from mjfleet.envs import EnvConfig
+from mjfleet.launch.devices import WorkerPlan
+from mjfleet.rl import AgentConfig
+
+PHASES = ("physics", "env", "rollout", "training")
+WARMUP_STEPS = 5
+
+
+@dataclass(frozen=True)
+class BenchJob:
+    """What every worker measures; built once in the launching process."""
+
+    task: str
+    env: EnvConfig
+    agent: AgentConfig
+    plan: WorkerPlan
+    sizes: tuple[int, ...]
+    """Environments per worker, measured in this order (ascending keeps the running peak RSS meaningful)."""
+    steps: int = 100
+    """Policy steps per timed block (physics, env, rollout)."""
+    repeats: int = 3
+    """Timed blocks per phase; reports use the best block and keep all of them."""
+    iterations: int = 3
+    """Timed PPO iterations (after one untimed warm-up iteration)."""
+    phases: tuple[str, ...] = PHASES
+    launch_time: float | None = None
+    """time.time() when the launcher started the workers (several workers), for the start-up time."""
+    quiet: bool = False
+    """No progress lines from rank 0."""
+
+
+@dataclass
+class _Collectives:
+    """Time spent in collectives during PPO updates, accumulated per iteration."""
+
+    grad_allreduce_s: float = 0.0
+    collectives_s: float = 0.0
+    in_update: bool = False
+    cpu_mark: float = 0.0
+    per_iteration: list[dict[str, float]] = field(default_factory=list)
+
+
+def bench_worker(job: BenchJob) -> dict[str, Any] | None:
+    """Runs in every worker; returns (on rank 0) every worker's raw measurements and start-up facts."""
+    import warp as wp
+
+    from mjfleet.cli.common import quiet_warp
+    from mjfleet.launch.worker import WorkerContext, seed_for, setup_worker
+    from mjfleet.tasks import get_task
+
+    quiet_warp()
+    ctx = WorkerContext.from_env(job.plan)
+    setup_worker(ctx, job.plan)
+    device = torch.device(ctx.device)
+    spec = get_task(job.task)
+    seed = seed_for(job.agent.seed, ctx)
+    modules_before = machine.cached_modules()
+    startup: dict[str, Any] = {
+        "rank": ctx.rank,
+        "process_age_at_start_s": machine.seconds_since_process_start(),
+        "launch_to_worker_start_s": None if job.launch_time is None else time.time() - job.launch_time,
+    }
+    points = []
+    with wp.ScopedDevice(ctx.device):
+        for index, num_envs in enumerate(job.sizes):
+            torch.manual_seed(seed)
+            wp.rand_init(seed)
+            cfg = copy.deepcopy(job.env)
+            cfg.num_envs = num_envs
+            agent = copy.deepcopy(job.agent)
+            if device.type == "cuda":
+                torch.cuda.reset_peak_memory_stats(device)
+            t_build = time.perf_counter()
+            env = spec.make_env(cfg, ctx.device)
+            runner = _make_runner(env, agent, ctx.device)
+            build_s = time.perf_counter() - t_build
+            actions = torch.zeros(env.num_envs, env.num_actions, device=device)
+            env.step(actions)  # the first env step: start-up ends here
+            _sync(device)
+            if index == 0:
+                startup["first_env_step_s"] = machine.seconds_since_process_start()
+                startup["launch_to_first_env_step_s"] = (
+                    None if job.launch_time is None else time.time() - job.launch_time
+                )
+                startup["build_s"] = build_s
+                startup["modules_compiled"] = len(machine.cached_modules() - modules_before)
+            point = _measure_point(job, ctx, env, runner, device)
+            point.update(num_envs=num_envs, build_s=build_s, rank=ctx.rank)
+            points.append(point)
+            if ctx.is_main and not job.quiet:
+                print(_progress_line(job, point, ctx.world_size), flush=True)
+            runner.close()
+            del env, runner, actions
+            gc.collect()
+            if device.type == "cuda":
+                torch.cuda.empty_cache()
+
+    result = {"startup": startup, "points": points, "device": ctx.device, "rank": ctx.rank}
+    gathered = _gather(result, ctx.world_size)
+    if not ctx.is_main:
+        return None
+    return {
+        "workers": ctx.world_size,
+        "device": ctx.device,
+        "device_name": machine.device_name(ctx.device),
+        "threads_per_worker": torch.get_num_threads(),
+        "plan": job.plan.describe(),
+        "ranks": gathered,
+    }
+
+
+# --------------------------------------------------------------------------------------------- phases
+def _measure_point(job: BenchJob, ctx, env, runner, device: torch.device) -> dict[str, Any]:
+    point: dict[str, Any] = {
+        "decimation": int(env.sim.substeps),
+        "steps_per_block": job.steps,
+        "steps_per_iteration": runner.cfg["num_steps_per_env"] * env.num_envs,
+    }
+    n, dev = env.num_envs, device
+    random_actions = torch.empty(n, env.num_actions, device=dev)
+
+    def env_step() -> None:
+        random_actions.uniform_(-1.0, 1.0)
+        env.step(random_actions)
+
+    # The physics phase starts from states the environment reaches with random actions (warm-up below),
+    # so contact-rich tasks are timed in representative configurations, not in the initial pose only.
+    if "env" in job.phases or "physics" in job.phases:
+        for _ in range(WARMUP_STEPS):
+            env_step()
+    if "physics" in job.phases:
+        env.sim.ctrl.uniform_(-1.0, 1.0)
+        point["physics_s"], point["physics_cpu_s"] = _timed_blocks(env.sim.step, job, dev, ctx.world_size)
+    if "env" in job.phases:
+        point["env_s"], point["env_cpu_s"] = _timed_blocks(env_step, job, dev, ctx.world_size)
+        point["env_physics_share"] = _physics_share_of_env_step(env, env_step, job, dev, ctx.world_size)
+    if "rollout" in job.phases:
+        point["rollout_s"], point["rollout_cpu_s"] = _timed_rollout(job, env, runner, dev, ctx.world_size)
+    if "training" in job.phases:
+        point["iterations"] = _timed_training(job, runner, dev)
+    point["peak_rss_bytes"] = machine.peak_rss_bytes()
+    if dev.type == "cuda":
+        point["gpu_torch_peak_bytes"] = torch.cuda.max_memory_allocated(dev)
+        point["gpu_warp_peak_bytes"] = _warp_mempool_high(str(dev))
+    return point
+
+
+def _timed_blocks(
+    fn: Callable[[], None], job: BenchJob, device: torch.device, world_size: int
+) -> tuple[list[float], list[float]]:
+    """Wall-clock and process CPU seconds of `job.repeats` blocks of `job.steps` calls, after a warm-up."""
+    for _ in range(WARMUP_STEPS):
+        fn()
+    times, cpu_times = [], []
+    for _ in range(job.repeats):
+        _barrier(device, world_size)
+        start, cpu_start = time.perf_counter(), time.process_time()
+        for _ in range(job.steps):
+            fn()
+        _sync(device)
+        times.append(time.perf_counter() - start)
+        cpu_times.append(time.process_time() - cpu_start)
+    return times, cpu_times
+
+
+def _physics_share_of_env_step(
+    env, env_step: Callable[[], None], job: BenchJob, device, world_size: int
+) -> float:
+    """Share of env-step time spent in `sim.step()`, on the states the environment visits.
+
+    One extra block of env steps, with `sim.step` timed on its own (synchronised on GPU): the bare physics phase
+    starts from states reached with random actions but never resets, so contact-rich tasks can cost a little
+    more or less per physics step there than inside the environment loop. 1 - share is the env's own overhead.
+    """
+    sim = env.sim
+    step = sim.step
+    spent = [0.0]
+
+    def timed_step() -> None:
+        _sync(device)
+        start = time.perf_counter()
+        step()
+        _sync(device)
+        spent[0] += time.perf_counter() - start
+
+    sim.step = timed_step  # instance attribute: the environment calls self.sim.step()
+    try:
+        _barrier(device, world_size)
+        start = time.perf_counter()
+        for _ in range(job.steps):
+            env_step()
+        _sync(device)
+        total = time.perf_counter() - start
+    finally:
+        del sim.step
+    return spent[0] / total
+
+
+def _timed_rollout(
+    job: BenchJob, env, runner, device: torch.device, world_size: int
+) -> tuple[list[float], list[float]]:
+    alg = runner.alg
+    storage = alg.storage
+    obs = {"obs": env.get_observations().to(device)}
+
+    def rollout_step() -> None:
+        if storage.step >= storage.num_transitions_per_env:
+            storage.clear()
+        actions = alg.act(obs["obs"])
+        next_obs, rewards, dones, extras = env.step(actions.to(env.device))
+        alg.process_env_step(next_obs, rewards, dones, extras)
+        obs["obs"] = next_obs
+
+    alg.train_mode()
+    with torch.inference_mode():
+        times = _timed_blocks(rollout_step, job, device, world_size)
+    storage.clear()
+    return times
+
+
+def _timed_training(job: BenchJob, runner, device: torch.device) -> list[dict[str, float]]:
+    """collect/update seconds of every timed iteration, with the update's time in collectives."""
+    acc = _Collectives()
+    cuda = device.type == "cuda"
+    alg = runner.alg
+
+    def attribute(key: str, fn: Callable) -> Callable:
+        def timed(*args, **kwargs):
+            if not acc.in_update:
+                return fn(*args, **kwargs)
+            if cuda:  # nccl collectives are asynchronous: synchronise so their time is theirs
+                torch.cuda.synchronize(device)
+            start = time.perf_counter()
+            out = fn(*args, **kwargs)
+            if cuda:
+                torch.cuda.synchronize(device)
+            setattr(acc, key, getattr(acc, key) + time.perf_counter() - start)
+            return out
+
+        return timed
+
+    def update(*args, **kwargs):
+        acc.in_update = True
+        try:
+            return original_update(*args, **kwargs)
+        finally:
+            acc.in_update = False
+
+    def record(*args, **kwargs):
+        rec = original_record(*args, **kwargs)
+        now = time.process_time()
+        acc.per_iteration.append(
+            {
+                "cpu_s": now - acc.cpu_mark,
+                "collect_s": float(rec["collect_time"]),
+                "update_s": float(rec["learn_time"]),
+                "grad_allreduce_s": acc.grad_allreduce_s,
+                "collectives_s": acc.collectives_s,
+            }
+        )
+        acc.grad_allreduce_s = acc.collectives_s = 0.0
+        acc.cpu_mark = now
+        return rec
+
+    original_update, original_record = alg.update, runner._record
+    original_reduce = alg.reduce_parameters
+    saved = {name: getattr(dist, name) for name in ("all_reduce", "broadcast")}
+    alg.update, runner._record = update, record
+    # rsl_rl looks these up at call time, so instance/module attributes are enough; the runner is unchanged.
+    alg.reduce_parameters = attribute("grad_allreduce_s", original_reduce)
+    for name, fn in saved.items():
+        setattr(dist, name, attribute("collectives_s", fn))
+    try:
+        storage = alg.storage
+        storage.clear()
+        acc.cpu_mark = time.process_time()
+        with contextlib.redirect_stdout(io.StringIO()):  # the runner's per-iteration lines
+            runner.learn(1 + job.iterations, init_at_random_ep_len=job.agent.init_at_random_ep_len)
+    finally:
+        for name, fn in saved.items():
+            setattr(dist, name, fn)
+        alg.update, alg.reduce_parameters = original_update, original_reduce
+        runner._record = original_record
+    # collectives_s includes the gradient all-reduce (reduce_parameters calls dist.all_reduce) plus the
+    # KL all-reduce and learning-rate broadcast of the adaptive schedule.
+    return acc.per_iteration[1:]  # the first iteration warms up (optimizer state, caches)
+
+
+# ------------------------------------------------------------------------------------------- helpers
+def _make_runner(env, agent: AgentConfig, device: str):
+    from mjfleet.rl import FleetRunner
+
+    agent.logger = "none"
+    agent.consistency_check_interval = 0
+    with contextlib.redirect_stdout(io.StringIO()):  # rsl_rl prints the models
+        return FleetRunner(env, agent, None, device, log_format="compact")
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        import warp as wp
+
+        wp.synchronize_device(str(device))
+        torch.cuda.synchronize(device)
+
+
+def _barrier(device: torch.device, world_size: int) -> None:
+    """Start the next block on every worker at once (a tiny all_reduce works on gloo and nccl alike)."""
+    _sync(device)
+    if world_size > 1:
+        dist.all_reduce(torch.zeros(1, device=device))
+        _sync(device)
+
+
+def _gather(result: dict[str, Any], world_size: int) -> list[dict[str, Any]]:
+    if world_size == 1:
+        return [result]
+    gathered: list[Any] = [None] * world_size
+    dist.all_gather_object(gathered, result)
+    return sorted(gathered, key=lambda r: r["rank"])
+
+
+def _warp_mempool_high(device: str) -> int | None:
+    import warp as wp
+
+    try:
+        return int(wp.get_mempool_used_mem_high(device))
+    except (RuntimeError, ValueError):
+        return None
+
+
+def _progress_line(job: BenchJob, point: dict[str, Any], workers: int) -> str:
+    n = point["num_envs"]
+    parts = [f"{job.task}: {workers} x {n} envs"]
+    for phase in ("physics", "env", "rollout"):
+        times = point.get(f"{phase}_s")
+        if times:
+            parts.append(f"{phase} {workers * n * job.steps / min(times):,.0f}/s")
+    iterations = point.get("iterations")
+    if iterations:
+        best = min(it["collect_s"] + it["update_s"] for it in iterations)
+        parts.append(f"training {workers * point['steps_per_iteration'] / best:,.0f}/s")
+    return "  ".join(parts) + " (rank 0's view; env-steps/s)"

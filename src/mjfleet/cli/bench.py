@@ -1,0 +1,253 @@
+"""`uv run bench <Task> [flags]`: physics bound, env, rollout and training throughput of a task, in one run."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from mjfleet.bench import autotune, machine
+from mjfleet.bench.report import format_report, scaling, summarize_run, summarize_startup
+from mjfleet.cli.common import parse_task_command, quiet_warp, user_errors
+from mjfleet.errors import UsageError
+from mjfleet.launch.devices import GpuRequest, WorkerPlan, make_plan, parse_gpu_ids
+from mjfleet.launch.launcher import run_workers
+
+PROG = "bench"
+USAGE = """usage: bench <Task> [flags]
+
+Measure a task's throughput: the physics bound (captured MuJoCo-Warp steps alone), env steps with random
+actions, rollouts with policy inference, and full PPO iterations, side by side in env-steps/s.
+  bench Cartpole-Balance                                  the task's default env count, GPU 0 else CPU
+  bench Cartpole-Balance --gpu-ids None --num-envs 64 256 1024    a sweep on CPU
+  bench Cartpole-Balance --num-envs auto                  where throughput stops growing (cached)
+  bench Cartpole-Balance --gpu-ids None --cpu-workers 2   2 workers, with scaling vs 1 worker
+  bench <Task> --json out.json                            every figure as JSON too
+  bench <Task> --help                                     every flag of that task"""
+
+
+@dataclass
+class BenchFlags:
+    """Measure physics, env, rollout and training throughput of a task (env-steps/s), in one run.
+    Every env and agent setting of the task is a flag too (--env.*, --agent.*)."""
+
+    num_envs: tuple[str, ...] = ()
+    """Environments per worker: one value, several (a sweep: `64 256 1024`), or `auto` (where throughput stops growing; measured once per task, device and versions, then cached). Default: the task's default for the device."""
+    gpu_ids: tuple[str, ...] = ("auto",)
+    """GPUs, one worker each: `0 1`, `"[0, 1]"`, `all`, or `None`/`cpu` for CPU. auto: GPU 0 if CUDA is available, else CPU (as train)."""
+    cpu_workers: int = 1
+    """With --gpu-ids None: CPU worker processes (gloo). Several workers also measure 1 worker for scaling."""
+    threads: int | None = None
+    """Torch threads per worker. Default: the machine's cores split among the workers, as train does."""
+    hosts: tuple[str, ...] = ("localhost",)
+    """Machines to run on (as for train); the 1-worker reference runs on this machine."""
+    iterations: int = 3
+    """Timed PPO iterations per env count (after one warm-up iteration)."""
+    steps: int = 100
+    """Policy steps per timed block of the physics, env and rollout phases."""
+    repeats: int = 3
+    """Timed blocks per phase; the table shows the best (the machine's capability), JSON keeps the mean too."""
+    json: str | None = None
+    """Also write every figure to this JSON file."""
+    retune: bool = False
+    """With --num-envs auto: measure again instead of using the cached count."""
+    torchrunx_log_dir: str | None = None
+    """Worker log files (several workers only). Default: $TORCHRUNX_LOG_DIR, else none."""
+    quiet: bool = False
+    """Only the final table (no progress lines)."""
+
+
+def parse_args(argv: list[str]) -> tuple[str, Any]:
+    """(task name, parsed flags): BenchFlags plus the task's own --env.* / --agent.* flags."""
+    return parse_task_command(argv, PROG, USAGE, BenchFlags)
+
+
+def parse_num_envs(tokens: tuple[str, ...] | list[str]) -> tuple[list[int], bool]:
+    """(explicit counts, whether `auto` was asked for) from the --num-envs tokens."""
+    sizes: list[int] = []
+    auto = False
+    for token in (t for t in re.split(r"[\s,]+", " ".join(tokens)) if t):
+        if token.lower() == "auto":
+            auto = True
+            continue
+        if not re.fullmatch(r"[+-]?\d+", token):
+            raise UsageError(
+                f"--num-envs: cannot read {token!r}; give whole numbers >= 1 (e.g. 64 256 1024) or auto"
+            )
+        if int(token) < 1:
+            raise UsageError(f"--num-envs must be >= 1, got {int(token)}")
+        sizes.append(int(token))
+    if tokens and not sizes and not auto:
+        raise UsageError("--num-envs needs a value: whole numbers >= 1 (e.g. 64 256 1024) or auto")
+    return sizes, auto
+
+
+def check_flags(flags: Any) -> None:
+    for name in ("iterations", "steps", "repeats"):
+        if getattr(flags, name) < 1:
+            raise UsageError(f"--{name} must be >= 1, got {getattr(flags, name)}")
+    if flags.env.decimation < 1:
+        raise UsageError(f"--env.decimation must be >= 1, got {flags.env.decimation}")
+    if flags.agent.num_steps_per_env < 1:
+        raise UsageError(f"--agent.num-steps-per-env must be >= 1, got {flags.agent.num_steps_per_env}")
+
+
+def single_worker_plan(plan: WorkerPlan) -> WorkerPlan | None:
+    """One worker in this process with the per-worker share of the machine the N-worker plan gives each."""
+    if plan.is_cpu:
+        return dataclasses.replace(plan, devices=("cpu",), hosts=("localhost",), notice=None)
+    try:
+        single = make_plan(GpuRequest("ids", (plan.gpu_ids[0],)), 1, ["localhost"])
+    except UsageError:  # e.g. a UUID this process cannot select: no reference run
+        return None
+    return dataclasses.replace(single, threads_per_worker=plan.threads_per_worker)
+
+
+@user_errors(PROG)
+def main(argv: list[str] | None = None) -> None:
+    """The console script: measure, print the table, write JSON if asked."""
+    run(sys.argv[1:] if argv is None else argv)
+
+
+def resolve(task_name: str, flags: Any) -> tuple[WorkerPlan, list[int], bool]:
+    """Check the flags and decide (worker plan, explicit env counts, whether `auto` was asked); measures nothing."""
+    from mjfleet.tasks import get_task
+
+    check_flags(flags)
+    sizes, auto = parse_num_envs(flags.num_envs)
+    gpu_tokens = None if list(flags.gpu_ids) == ["auto"] else list(flags.gpu_ids)
+    plan = make_plan(parse_gpu_ids(gpu_tokens), cpu_workers=flags.cpu_workers, hosts=list(flags.hosts))
+    if plan.notice:
+        print(plan.notice)
+    if flags.threads is not None:
+        if flags.threads < 1:
+            raise UsageError(f"--threads must be >= 1, got {flags.threads}")
+        plan = dataclasses.replace(plan, threads_per_worker=flags.threads)
+    if not sizes and not auto:
+        sizes = [flags.env.num_envs or get_task(task_name).default_num_envs(plan.devices[0])]
+    check_sizes(sizes, flags)
+    return plan, sorted(set(sizes)), auto
+
+
+def check_sizes(sizes: list[int], flags: Any) -> None:
+    for n in sizes:
+        batch = n * flags.agent.num_steps_per_env
+        if batch < flags.agent.algorithm.num_mini_batches:
+            raise UsageError(
+                f"--num-envs {n}: num_envs x num_steps_per_env = {batch} is smaller than "
+                f"--agent.algorithm.num-mini-batches {flags.agent.algorithm.num_mini_batches}"
+            )
+
+
+def run(argv: list[str]) -> dict[str, Any]:
+    """Measure as the command line asks; returns what --json writes (UsageError for bad input)."""
+    quiet_warp()
+    task_name, flags = parse_args(argv)
+    from mjfleet.bench.measure import BenchJob, bench_worker
+
+    plan, sizes, auto = resolve(task_name, flags)
+    single = plan if plan.world_size == 1 else single_worker_plan(plan)
+    parent_ready_s = machine.seconds_since_process_start()
+    versions = machine.versions()
+
+    def job(plan_: WorkerPlan, sizes_: list[int], **kwargs: Any) -> BenchJob:
+        return BenchJob(
+            task=task_name,
+            env=flags.env,
+            agent=flags.agent,
+            plan=plan_,
+            sizes=tuple(sizes_),
+            steps=flags.steps,
+            repeats=flags.repeats,
+            iterations=flags.iterations,
+            quiet=flags.quiet,
+            **kwargs,
+        )
+
+    first_startup: dict[str, Any] | None = None
+    auto_info = None
+    if auto:
+        if single is None:
+            raise UsageError(
+                "--num-envs auto needs a GPU this process can select; give --num-envs explicitly"
+            )
+        auto_info, first_startup = _auto_num_envs(task_name, single, flags, job, versions)
+        sizes.append(auto_info["num_envs"])
+        check_sizes([auto_info["num_envs"]], flags)
+    sizes = sorted(set(sizes))
+
+    runs = []
+    if single is not None:
+        raw = run_workers(single, bench_worker, job(single, sizes))
+        startup = first_startup or summarize_startup(raw)
+        runs.append(summarize_run(raw, startup))
+    if plan.world_size > 1:
+        log_dir = "" if flags.torchrunx_log_dir is None else flags.torchrunx_log_dir
+        raw = run_workers(plan, bench_worker, job(plan, sizes, launch_time=time.time()), log_dir=log_dir)
+        runs.append(summarize_run(raw, summarize_startup(raw, parent_ready_s)))
+
+    result: dict[str, Any] = {
+        "task": task_name,
+        "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "machine": machine.machine(),
+        "versions": versions,
+        "settings": {
+            "steps": flags.steps,
+            "repeats": flags.repeats,
+            "iterations": flags.iterations,
+            "num_steps_per_env": flags.agent.num_steps_per_env,
+            "decimation": flags.env.decimation,
+            "sizes": sizes,
+            "command": ["bench", *argv],
+        },
+        "runs": runs,
+        "scaling": scaling(runs[0], runs[-1]) if len(runs) > 1 and runs[0]["workers"] == 1 else [],
+        "auto": auto_info,
+    }
+    print(format_report(result), flush=True)
+    if flags.json:
+        path = Path(flags.json)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(result, indent=2) + "\n")
+        print(f"wrote {path}")
+    return result
+
+
+def _auto_num_envs(task_name: str, single: WorkerPlan, flags: Any, job, versions: dict[str, str]):
+    """The cached auto count, or a fresh sweep on one worker; returns (auto info, start-up of the first run)."""
+    from mjfleet.bench.measure import bench_worker
+
+    device = single.devices[0]
+    key = autotune.cache_key(task_name, machine.device_name(device), single.threads_per_worker, versions)
+    cached = None if flags.retune else autotune.load(key)
+    if cached is not None:
+        return {**cached, "cached": True, "cache_file": str(autotune.cache_path()), "key": key}, None
+
+    first: dict[str, Any] = {}
+
+    def measure(n: int) -> float:
+        sweep_job = job(single, [n], phases=("rollout",))
+        sweep_job = dataclasses.replace(
+            sweep_job, steps=min(sweep_job.steps, 50), repeats=min(sweep_job.repeats, 2)
+        )
+        raw = run_workers(single, bench_worker, sweep_job)
+        if not first:
+            first.update(summarize_startup(raw))
+        return summarize_run(raw, {})["points"][0]["rollout"]["env_steps_per_s"]
+
+    if not flags.quiet:
+        print(
+            f"--num-envs auto: sweeping {task_name} on {single.describe()} (rollout throughput)", flush=True
+        )
+    entry = autotune.sweep(measure, "cuda" if device.startswith("cuda") else "cpu")
+    autotune.store(key, entry)
+    return {**entry, "cached": False, "cache_file": str(autotune.cache_path()), "key": key}, first or None
+
+
+if __name__ == "__main__":
+    main()

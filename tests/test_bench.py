@@ -1,0 +1,227 @@
+"""`bench`: every figure is measured on the real simulator and reported consistently. No timing is asserted."""
+
+import json
+import math
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+from mjfleet.bench import autotune, machine
+from mjfleet.bench.report import scaling, summarize_run
+
+BIN = pathlib.Path(sys.executable).parent
+TINY = ["--gpu-ids", "None", "--iterations", "1", "--steps", "4", "--repeats", "2", "--quiet"]
+PHASES = ("physics", "env", "rollout", "training")
+
+
+def bench(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [str(BIN / "bench"), *args], capture_output=True, text=True, timeout=timeout, env=os.environ.copy()
+    )
+
+
+def run_main(capsys, *args: str) -> tuple[int, str, str]:
+    from mjfleet.cli.bench import main
+
+    code = 0
+    try:
+        main(list(args))
+    except SystemExit as exc:
+        code = exc.code
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def assert_positive_rate(value) -> None:
+    assert isinstance(value, float) and math.isfinite(value) and value > 0
+
+
+def assert_consistent_point(point: dict, workers: int) -> None:
+    """Every figure of one env count is there, positive, and the ratios are the ratios of the rates."""
+    assert point["total_envs"] == point["num_envs"] * workers
+    physics = point["physics"]
+    for phase in PHASES:
+        assert_positive_rate(point[phase]["env_steps_per_s"])
+        assert_positive_rate(point[phase]["env_steps_per_s_mean"])
+        assert point[phase]["env_steps_per_s"] >= point[phase]["env_steps_per_s_mean"] * (1 - 1e-9)
+    assert physics["world_steps_per_s"] == pytest.approx(physics["env_steps_per_s"] * point["decimation"])
+    for phase in ("env", "rollout", "training"):
+        ratio = point[phase]["env_steps_per_s"] / physics["env_steps_per_s"]
+        assert point[phase]["vs_physics"] == pytest.approx(ratio)
+    training = point["training"]
+    assert training["collect_share"] + training["update_share"] == pytest.approx(1.0)
+    assert 0 < training["collect_share"] < 1
+    assert training["steps_per_iteration"] == 24 * point["num_envs"] * workers
+    assert training["env_steps_per_s"] == pytest.approx(
+        training["steps_per_iteration"] / training["iteration_s"]
+    )
+    assert point["memory"]["peak_rss_mib_max"] > 0
+    assert len(point["memory"]["peak_rss_mib_per_worker"]) == workers
+
+
+def test_a_sweep_through_the_console_script_reports_every_figure_for_each_env_count(tmp_path):
+    out = tmp_path / "bench.json"
+    result = bench("Cartpole-Balance", "--num-envs", "32", "16", *TINY, "--json", str(out))
+    assert result.returncode == 0, result.stderr
+    assert "physics bound" in result.stdout and "start-up" in result.stdout
+
+    report = json.loads(out.read_text())
+    assert report["task"] == "Cartpole-Balance"
+    assert set(report["versions"]) >= {"mjfleet", "torch", "warp", "mujoco_warp", "rsl_rl"}
+    assert report["machine"]["cores"] >= 1 and report["machine"]["cpu"]
+    (run,) = report["runs"]
+    assert run["workers"] == 1 and run["device"] == "cpu" and run["device_name"]
+    assert [p["num_envs"] for p in run["points"]] == [16, 32]  # ascending, whatever the order asked
+    for point in run["points"]:
+        assert_consistent_point(point, workers=1)
+        assert point["training"]["grad_allreduce_share_of_update"] is None  # one worker: nothing to reduce
+    startup = run["startup"]
+    assert startup["kernel_cache"] in ("warm", "cold")
+    assert startup["first_env_step_s"] > startup["build_s"] > 0
+    assert report["scaling"] == []
+
+
+def test_two_cpu_workers_report_scaling_against_one_worker_and_the_all_reduce_share(tmp_path, capsys):
+    out = tmp_path / "bench.json"
+    code, stdout, _ = run_main(
+        capsys, "Cartpole-Balance", "--num-envs", "16", "--cpu-workers", "2", *TINY, "--json", str(out)
+    )
+    assert code == 0
+    assert "scaling, 2 workers vs 1" in stdout
+    report = json.loads(out.read_text())
+    single, multi = report["runs"]
+    assert single["workers"] == 1 and multi["workers"] == 2
+    assert single["threads_per_worker"] == multi["threads_per_worker"]  # same share of the machine each
+    assert_consistent_point(multi["points"][0], workers=2)
+    training = multi["points"][0]["training"]
+    for key in (
+        "grad_allreduce_share_of_update",
+        "grad_allreduce_share_of_iteration",
+        "collectives_share_of_update",
+    ):
+        assert 0 < training[key] < 1
+    assert training["grad_allreduce_share_of_iteration"] < training["grad_allreduce_share_of_update"]
+    assert training["grad_allreduce_share_of_update"] <= training["collectives_share_of_update"] + 1e-12
+    assert multi["startup"]["launch_to_first_env_step_s"] > 0
+    assert multi["startup"]["first_env_step_s"] >= multi["startup"]["launch_to_first_env_step_s"]
+
+    (entry,) = report["scaling"]
+    assert entry["num_envs"] == 16 and entry["workers"] == 2
+    for phase in PHASES:
+        speedup = multi["points"][0][phase]["env_steps_per_s"] / single["points"][0][phase]["env_steps_per_s"]
+        assert entry[phase]["speedup"] == pytest.approx(speedup)
+        assert entry[phase]["efficiency"] == pytest.approx(speedup / 2)
+
+
+def test_num_envs_auto_uses_the_cached_count_for_this_task_device_and_versions(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("MJFLEET_CACHE_DIR", str(tmp_path))
+    key = autotune.cache_key(
+        "Cartpole-Balance", machine.cpu_model(), machine.usable_cores(), machine.versions()
+    )
+    autotune.store(key, {"num_envs": 16, "sweep": {"16": 1.0}, "date": "2026-11-22"})
+    out = tmp_path / "bench.json"
+    code, stdout, _ = run_main(capsys, "Cartpole-Balance", "--num-envs", "auto", *TINY, "--json", str(out))
+    assert code == 0
+    report = json.loads(out.read_text())
+    assert report["auto"]["cached"] and report["auto"]["num_envs"] == 16
+    assert [p["num_envs"] for p in report["runs"][0]["points"]] == [16]
+    assert "auto num-envs: 16" in stdout
+
+
+def test_the_auto_sweep_stops_where_throughput_stops_growing_and_picks_the_knee():
+    curve = {64: 10.0, 128: 19.0, 256: 30.0, 512: 31.0, 1024: 32.0, 2048: 100.0}
+    measured = []
+
+    def measure(n):
+        measured.append(n)
+        return curve[n]
+
+    entry = autotune.sweep(measure, "cpu")
+    assert measured == [64, 128, 256, 512, 1024]  # two doublings in a row gain < 10%: stop
+    assert entry["num_envs"] == 256  # the smallest count within 90% of the best
+    assert autotune.pick({64: 50.0, 128: 95.0, 256: 100.0}) == 128
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["Cartpole-Balanse"], "unknown task"),
+        (["Cartpole-Balance", "--num-envs", "0"], "--num-envs must be >= 1"),
+        (["Cartpole-Balance", "--num-envs", "abc"], "cannot read 'abc'"),
+        (["Cartpole-Balance", "--num-envs", "16", "--iterations", "0"], "--iterations"),
+        (["Cartpole-Balance", "--gpu-ids", "None", "--cpu-workers", "0"], "--cpu-workers"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_status_2(args, needle, capsys):
+    code, _, err = run_main(capsys, *args)
+    assert code == 2
+    lines = [line for line in err.strip().splitlines() if line.strip()]
+    assert len(lines) == 1 and needle in lines[0] and lines[0].startswith("bench: error:")
+
+
+def test_help_lists_the_tasks_and_the_task_help_lists_the_bench_flags(capsys):
+    code, stdout, _ = run_main(capsys, "--help")
+    assert code == 0 and "Cartpole-Balance" in stdout
+    code, stdout, _ = run_main(capsys, "Cartpole-Balance", "--help")
+    assert code == 0
+    for flag in ("--num-envs", "--gpu-ids", "--cpu-workers", "--iterations", "--json", "--env.decimation"):
+        assert flag in stdout
+
+
+def test_a_block_lasts_as_long_as_the_slowest_worker():
+    def rank(times, collect, update):
+        point = {
+            "num_envs": 10,
+            "decimation": 2,
+            "steps_per_block": 100,
+            "steps_per_iteration": 240,
+            "build_s": 0.1,
+            "peak_rss_bytes": 2**20,
+            "physics_s": times,
+            "iterations": [
+                {"collect_s": collect, "update_s": update, "grad_allreduce_s": 0.1, "collectives_s": 0.2}
+            ],
+        }
+        return {
+            "startup": {"first_env_step_s": 1.0, "build_s": 0.1, "process_age_at_start_s": 0.5},
+            "points": [point],
+        }
+
+    raw = {
+        "workers": 2,
+        "plan": "2 CPU workers",
+        "device": "cpu",
+        "device_name": "cpu",
+        "threads_per_worker": 1,
+        "ranks": [rank([1.0, 2.0], 0.5, 0.5), rank([2.0, 1.0], 0.25, 1.0)],
+    }
+    run = summarize_run(raw)
+    point = run["points"][0]
+    assert point["physics"]["env_steps_per_s"] == pytest.approx(2 * 10 * 100 / 2.0)
+    assert point["training"]["env_steps_per_s"] == pytest.approx(2 * 240 / 1.25)
+    assert point["training"]["grad_allreduce_share_of_update"] == pytest.approx((0.1 / 0.5 + 0.1 / 1.0) / 2)
+    single = {"workers": 1, "points": [{"num_envs": 10, "physics": {"env_steps_per_s": 500.0}}]}
+    (entry,) = scaling(single, run)
+    assert entry["physics"]["efficiency"] == pytest.approx(1000.0 / 500.0 / 2)
+
+
+def test_resolve_checks_a_command_and_plans_it_without_measuring():
+    from mjfleet.cli.bench import parse_args, resolve
+
+    args = [
+        "Cartpole-Balance",
+        "--gpu-ids",
+        "None",
+        "--cpu-workers",
+        "2",
+        "--threads",
+        "1",
+        "--num-envs",
+        "64,16",
+    ]
+    plan, sizes, auto = resolve(*parse_args(args))
+    assert plan.world_size == 2 and plan.threads_per_worker == 1 and plan.is_cpu
+    assert sizes == [16, 64] and not auto
