@@ -119,7 +119,10 @@ def test_two_cpu_workers_report_scaling_against_one_worker_and_the_all_reduce_sh
 def test_num_envs_auto_uses_the_cached_count_for_this_task_device_and_versions(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("MJFLEET_CACHE_DIR", str(tmp_path))
     key = autotune.cache_key(
-        "Cartpole-Balance", machine.cpu_model(), machine.usable_cores(), machine.versions()
+        "Cartpole-Balance",
+        machine.cpu_model(),
+        1,
+        machine.versions(),  # 1 torch thread: the CPU default
     )
     autotune.store(key, {"num_envs": 16, "sweep": {"16": 1.0}, "date": "2026-11-22"})
     out = tmp_path / "bench.json"

@@ -209,15 +209,23 @@ def test_cpu_workers_give_that_many_gloo_workers():
     assert plan.devices == ("cpu",) * 3 and plan.backend == "gloo" and plan.world_size == 3
 
 
-def test_cpu_cores_are_split_among_cpu_workers(monkeypatch):
+def test_cpu_workers_use_one_torch_thread_each_unless_asked_for_more(monkeypatch):
     monkeypatch.setattr(devices, "_usable_cores", lambda: 8)
-    assert make_plan(parse_gpu_ids(["None"]), cpu_workers=3).threads_per_worker == 2
-    assert make_plan(parse_gpu_ids(["None"]), cpu_workers=1).threads_per_worker == 8
+    assert make_plan(parse_gpu_ids(["None"]), cpu_workers=3).threads_per_worker == 1
+    assert make_plan(parse_gpu_ids(["None"]), cpu_workers=1).threads_per_worker == 1
+    assert make_plan(parse_gpu_ids(["None"]), cpu_workers=2, threads=4).threads_per_worker == 4
 
 
-def test_every_cpu_worker_gets_at_least_one_thread(monkeypatch):
-    monkeypatch.setattr(devices, "_usable_cores", lambda: 2)
-    assert make_plan(parse_gpu_ids(["None"]), cpu_workers=5).threads_per_worker == 1
+def test_gpu_workers_split_the_cores_among_themselves(monkeypatch):
+    monkeypatch.setattr(devices, "_usable_cores", lambda: 16)
+    assert make_plan(parse_gpu_ids(["0", "1"]), cuda_device_count=2).threads_per_worker == 8
+    assert make_plan(parse_gpu_ids(["all"]), cuda_device_count=32).threads_per_worker == 1
+
+
+@pytest.mark.parametrize("bad", [0, -1])
+def test_threads_below_one_are_rejected(bad):
+    with pytest.raises(UsageError, match="--threads must be"):
+        make_plan(parse_gpu_ids(["None"]), threads=bad)
 
 
 @pytest.mark.parametrize("bad", [0, -2])

@@ -70,3 +70,47 @@ def test_loading_a_checkpoint_restores_policy_and_iteration(trained, tmp_path):
     state = torch.load(run_dir.checkpoint(3), map_location="cpu", weights_only=False)
     for key, value in fresh.alg.get_policy().state_dict().items():
         assert torch.equal(state["actor_state_dict"][key], value)
+
+
+def test_fleet_ppo_update_equals_rsl_rl_ppo_update_on_the_same_rollout(tmp_path):
+    import copy
+    from itertools import chain
+
+    from rsl_rl.algorithms import PPO
+
+    from mjfleet.rl.ppo import FleetPPO
+
+    runner, _ = _runner(tmp_path)
+    alg = runner.alg
+    assert isinstance(alg, FleetPPO)
+    before = copy.deepcopy(alg.get_policy().state_dict())
+    obs = runner.env.get_observations()
+    with torch.inference_mode():
+        for _ in range(runner.cfg["num_steps_per_env"]):
+            actions = alg.act(obs)
+            obs, rewards, dones, extras = runner.env.step(actions)
+            alg.process_env_step(obs, rewards, dones, extras)
+        alg.compute_returns(obs)
+    reference = copy.deepcopy(alg)
+    reference.__class__ = PPO  # rsl_rl's own update, with its per-tensor Adam
+    reference.optimizer = torch.optim.Adam(
+        chain(reference.actor.parameters(), reference.critic.parameters()), lr=alg.learning_rate
+    )
+
+    torch.manual_seed(7)
+    ours = alg.update()
+    torch.manual_seed(7)
+    theirs = reference.update()
+
+    assert ours.keys() == theirs.keys()
+    for key in ours:
+        assert ours[key] == pytest.approx(theirs[key], rel=1e-4, abs=1e-6)
+    assert alg.learning_rate == reference.learning_rate
+    assert not torch.equal(before["mlp.0.weight"], alg.get_policy().state_dict()["mlp.0.weight"])
+    for ours_model, their_model in (
+        (alg.get_policy(), reference.get_policy()),
+        (alg.critic, reference.critic),
+    ):
+        theirs_state = their_model.state_dict()
+        for key, value in ours_model.state_dict().items():
+            torch.testing.assert_close(value, theirs_state[key], atol=1e-6, rtol=1e-5)

@@ -65,8 +65,11 @@ class _Collectives:
     """Time spent in collectives during PPO updates, accumulated per iteration."""
 
     grad_allreduce_s: float = 0.0
+    """Time in `alg.reduce_parameters` (packing, the gradient all-reduce, unpacking)."""
     collectives_s: float = 0.0
+    """grad_allreduce_s plus every other collective of the update (normaliser statistics, ...)."""
     in_update: bool = False
+    in_grad_reduce: bool = False
     cpu_mark: float = 0.0
     per_iteration: list[dict[str, float]] = field(default_factory=list)
 
@@ -255,20 +258,36 @@ def _timed_training(job: BenchJob, runner, device: torch.device) -> list[dict[st
     cuda = device.type == "cuda"
     alg = runner.alg
 
-    def attribute(key: str, fn: Callable) -> Callable:
-        def timed(*args, **kwargs):
-            if not acc.in_update:
+    def timed(fn: Callable, *args, **kwargs) -> tuple[Any, float]:
+        if cuda:  # nccl collectives are asynchronous: synchronise so their time is theirs
+            torch.cuda.synchronize(device)
+        start = time.perf_counter()
+        out = fn(*args, **kwargs)
+        if cuda:
+            torch.cuda.synchronize(device)
+        return out, time.perf_counter() - start
+
+    def grad_reduce(*args, **kwargs):
+        if not acc.in_update:
+            return original_reduce(*args, **kwargs)
+        acc.in_grad_reduce = True
+        try:
+            out, elapsed = timed(original_reduce, *args, **kwargs)
+        finally:
+            acc.in_grad_reduce = False
+        acc.grad_allreduce_s += elapsed
+        acc.collectives_s += elapsed
+        return out
+
+    def collective(fn: Callable) -> Callable:
+        def wrapped(*args, **kwargs):
+            if not acc.in_update or acc.in_grad_reduce:  # the gradient all-reduce is counted as a whole
                 return fn(*args, **kwargs)
-            if cuda:  # nccl collectives are asynchronous: synchronise so their time is theirs
-                torch.cuda.synchronize(device)
-            start = time.perf_counter()
-            out = fn(*args, **kwargs)
-            if cuda:
-                torch.cuda.synchronize(device)
-            setattr(acc, key, getattr(acc, key) + time.perf_counter() - start)
+            out, elapsed = timed(fn, *args, **kwargs)
+            acc.collectives_s += elapsed
             return out
 
-        return timed
+        return wrapped
 
     def update(*args, **kwargs):
         acc.in_update = True
@@ -298,9 +317,9 @@ def _timed_training(job: BenchJob, runner, device: torch.device) -> list[dict[st
     saved = {name: getattr(dist, name) for name in ("all_reduce", "broadcast")}
     alg.update, runner._record = update, record
     # rsl_rl looks these up at call time, so instance/module attributes are enough; the runner is unchanged.
-    alg.reduce_parameters = attribute("grad_allreduce_s", original_reduce)
+    alg.reduce_parameters = grad_reduce
     for name, fn in saved.items():
-        setattr(dist, name, attribute("collectives_s", fn))
+        setattr(dist, name, collective(fn))
     try:
         storage = alg.storage
         storage.clear()
@@ -312,8 +331,8 @@ def _timed_training(job: BenchJob, runner, device: torch.device) -> list[dict[st
             setattr(dist, name, fn)
         alg.update, alg.reduce_parameters = original_update, original_reduce
         runner._record = original_record
-    # collectives_s includes the gradient all-reduce (reduce_parameters calls dist.all_reduce) plus the
-    # KL all-reduce and learning-rate broadcast of the adaptive schedule.
+    # collectives_s = the gradient all-reduce (which also carries the adaptive schedule's KL, see FleetPPO) plus
+    # the other collectives of the update (normaliser statistics).
     return acc.per_iteration[1:]  # the first iteration warms up (optimizer state, caches)
 
 

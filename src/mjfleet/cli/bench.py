@@ -43,7 +43,7 @@ class BenchFlags:
     cpu_workers: int = 1
     """With --gpu-ids None: CPU worker processes (gloo). Several workers also measure 1 worker for scaling."""
     threads: int | None = None
-    """Torch threads per worker. Default: the machine's cores split among the workers, as train does."""
+    """Torch threads per worker. Default as for train: 1 per CPU worker; GPU workers split the cores."""
     hosts: tuple[str, ...] = ("localhost",)
     """Machines to run on (as for train); the 1-worker reference runs on this machine."""
     iterations: int = 3
@@ -121,13 +121,14 @@ def resolve(task_name: str, flags: Any) -> tuple[WorkerPlan, list[int], bool]:
     check_flags(flags)
     sizes, auto = parse_num_envs(flags.num_envs)
     gpu_tokens = None if list(flags.gpu_ids) == ["auto"] else list(flags.gpu_ids)
-    plan = make_plan(parse_gpu_ids(gpu_tokens), cpu_workers=flags.cpu_workers, hosts=list(flags.hosts))
+    plan = make_plan(
+        parse_gpu_ids(gpu_tokens),
+        cpu_workers=flags.cpu_workers,
+        hosts=list(flags.hosts),
+        threads=flags.threads,
+    )
     if plan.notice:
         print(plan.notice)
-    if flags.threads is not None:
-        if flags.threads < 1:
-            raise UsageError(f"--threads must be >= 1, got {flags.threads}")
-        plan = dataclasses.replace(plan, threads_per_worker=flags.threads)
     if not sizes and not auto:
         sizes = [flags.env.num_envs or get_task(task_name).default_num_envs(plan.devices[0])]
     check_sizes(sizes, flags)

@@ -41,6 +41,9 @@ class TrainFlags:
     CUDA is available, else CPU. Ids index into CUDA_VISIBLE_DEVICES when it is set."""
     cpu_workers: int = 1
     """With --gpu-ids None: number of CPU worker processes (gloo data-parallel)."""
+    threads: int | None = None
+    """Torch threads per worker. Default: 1 per CPU worker (use --cpu-workers to use more cores); GPU workers
+    split the machine's cores."""
     hosts: tuple[str, ...] = ("localhost",)
     """Machines to run on (`h1 h2`, or `slurm`); each runs one worker per selected GPU. See docs/distributed.md."""
     num_envs: int | None = None
@@ -113,7 +116,12 @@ def resolve(task_name: str, flags: Any) -> TrainJob:
 
     spec = get_task(task_name)
     gpu_tokens = None if list(flags.gpu_ids) == ["auto"] else list(flags.gpu_ids)
-    plan = make_plan(parse_gpu_ids(gpu_tokens), cpu_workers=flags.cpu_workers, hosts=list(flags.hosts))
+    plan = make_plan(
+        parse_gpu_ids(gpu_tokens),
+        cpu_workers=flags.cpu_workers,
+        hosts=list(flags.hosts),
+        threads=flags.threads,
+    )
     if plan.notice:
         print(plan.notice)
     env, agent = flags.env, flags.agent

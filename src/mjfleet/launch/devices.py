@@ -84,7 +84,10 @@ class WorkerPlan:
     cuda_visible_devices: str | None = None
     """CUDA_VISIBLE_DEVICES for worker processes (local rank i -> i-th entry); None in CPU mode."""
     threads_per_worker: int = 1
-    """CPU threads per worker: this host's cores split among its workers (applied in CPU mode)."""
+    """Torch intra-op threads per worker (applied in CPU mode). CPU workers default to 1: warp's CPU kernels run on
+    one thread, and a second torch thread only helps the PPO update of large batches on an otherwise idle core;
+    on a busy machine OpenMP threads waiting for each other made training up to 36x slower (docs/benchmarks.md).
+    More cores are used best through more workers (--cpu-workers)."""
     gpu_ids: tuple[GpuId, ...] = ()
     """The selected GPUs as the user named them (indices relative to CUDA_VISIBLE_DEVICES, or UUIDs)."""
     notice: str | None = None
@@ -138,9 +141,12 @@ def make_plan(
     cpu_workers: int = 1,
     hosts: list[str] | None = None,
     *,
+    threads: int | None = None,
     cuda_device_count: int | None = None,
 ) -> WorkerPlan:
-    """Turn a `--gpu-ids` request, `--cpu-workers` and `--hosts` into a checked :class:`WorkerPlan`.
+    """Turn a `--gpu-ids` request, `--cpu-workers`, `--threads` and `--hosts` into a checked :class:`WorkerPlan`.
+
+    ``threads=None``: 1 torch thread per CPU worker; GPU workers split this host's cores among themselves.
 
     ``cuda_device_count=None`` asks torch how many GPUs this process can see (without initialising CUDA).
     Every host is assumed to look like this one (same GPU count, same CUDA_VISIBLE_DEVICES).
@@ -148,6 +154,8 @@ def make_plan(
     """
     if isinstance(cpu_workers, bool) or not isinstance(cpu_workers, int) or cpu_workers < 1:
         raise UsageError(f"--cpu-workers must be a whole number >= 1, got {cpu_workers!r}")
+    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
+        raise UsageError(f"--threads must be a whole number >= 1, got {threads!r}")
     host_names = _resolve_hosts(hosts)
     count = _visible_gpu_count() if cuda_device_count is None else cuda_device_count
     cores = _usable_cores()
@@ -173,7 +181,7 @@ def make_plan(
             hosts=host_names,
             backend="gloo",
             cuda_visible_devices=None,
-            threads_per_worker=max(1, cores // cpu_workers),
+            threads_per_worker=threads or 1,
             notice=notice,
         )
 
@@ -198,7 +206,7 @@ def make_plan(
         hosts=host_names,
         backend="nccl",
         cuda_visible_devices=",".join(physical),
-        threads_per_worker=max(1, cores // len(ids)),
+        threads_per_worker=threads or max(1, cores // len(ids)),
         gpu_ids=ids,
         notice=notice,
     )

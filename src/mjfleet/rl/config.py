@@ -79,7 +79,8 @@ class AgentConfig:
             "seed": self.seed,
             "obs_groups": {"actor": ["actor"], "critic": ["critic"]},
             "check_for_nan": False,  # environments reset diverged worlds themselves
-            "algorithm": {"class_name": "PPO", **algorithm},
+            # rsl_rl's PPO with one collective per minibatch (see mjfleet.rl.ppo); same mathematics.
+            "algorithm": {"class_name": "mjfleet.rl.ppo:FleetPPO", **algorithm},
             "actor": {
                 "class_name": "MLPModel",
                 "hidden_dims": list(self.actor.hidden_dims),

@@ -77,7 +77,7 @@ class FleetRunner(OnPolicyRunner):
         self._checkpoint_info.setdefault("num_actions", int(env.num_actions))
         self._checkpoint_info.setdefault("step_dt", float(getattr(env, "step_dt", 0.0)) or None)
         if not average_gradients:  # for experiments and tests only: workers then drift apart
-            self.alg.reduce_parameters = lambda: None
+            self.alg.reduce_parameters = lambda extra=None: extra
 
     # ------------------------------------------------------------------ setup
     def _configure_multi_gpu(self) -> None:

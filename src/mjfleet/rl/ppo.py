@@ -1,0 +1,136 @@
+"""rsl_rl's PPO with one collective per minibatch and no host synchronisation inside the update loop."""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+from rsl_rl.algorithms import PPO
+from torch import nn
+
+
+class FleetPPO(PPO):
+    """PPO whose update is cheaper to run on several workers; the mathematics is rsl_rl's.
+
+    Per minibatch rsl_rl issues three collectives (gradient all-reduce, KL all-reduce, learning-rate broadcast)
+    and four host reads (`.item()` of the new learning rate and of three losses). On CPU workers a gloo
+    collective costs about a millisecond whatever its size, so at small minibatches the collectives dominated
+    the update. Here:
+
+    - the policy's mean KL travels in the same buffer as the gradients: one all-reduce per minibatch;
+    - every rank adapts the learning rate from that identical averaged KL, so no broadcast is needed and the
+      ranks keep identical learning rates (the new rate is applied before the optimizer step, as in rsl_rl);
+    - losses are summed on device and read once, after the last minibatch;
+    - Adam uses torch's fused kernel (one kernel per step for all parameters instead of one per tensor).
+
+    Recurrent policies, RND and symmetry augmentation fall back to rsl_rl's own update.
+    """
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        if isinstance(self.optimizer, torch.optim.Adam):
+            params = [p for group in self.optimizer.param_groups for p in group["params"]]
+            try:
+                self.optimizer = torch.optim.Adam(params, lr=self.learning_rate, fused=True)
+            except (RuntimeError, ValueError):  # a device or dtype without a fused kernel: keep the default
+                pass
+
+    # -------------------------------------------------------------- collectives
+    def reduce_parameters(self, extra: torch.Tensor | None = None) -> torch.Tensor | None:
+        """Average every gradient (and `extra`, a small tensor) across workers with a single all_reduce.
+
+        Returns the averaged `extra`, or None without one. Gradients are updated in place.
+        """
+        params = [p for p in self._trained_parameters() if p.grad is not None]
+        parts = [p.grad.reshape(-1) for p in params]
+        if extra is not None:
+            parts.append(extra.reshape(-1).to(parts[0].dtype if parts else torch.float32))
+        flat = torch.cat(parts)
+        dist.all_reduce(flat, op=dist.ReduceOp.SUM)
+        flat /= self.gpu_world_size
+        offset = 0
+        for p in params:
+            n = p.numel()
+            p.grad.copy_(flat[offset : offset + n].view_as(p.grad))
+            offset += n
+        return flat[offset:].view_as(extra) if extra is not None else None
+
+    def _trained_parameters(self):
+        yield from self.actor.parameters()
+        yield from self.critic.parameters()
+
+    # ------------------------------------------------------------------ update
+    def update(self) -> dict[str, float]:
+        """Run the optimisation epochs over the stored rollout; returns the mean losses."""
+        if self.rnd or self.symmetry or self.actor.is_recurrent or self.critic.is_recurrent:
+            return super().update()
+
+        adaptive = self.desired_kl is not None and self.schedule == "adaptive"
+        loss_sums = torch.zeros(3, device=self.device)  # surrogate, value, entropy
+        num_updates = 0
+        for batch in self.storage.mini_batch_generator(self.num_mini_batches, self.num_learning_epochs):
+            if self.normalize_advantage_per_mini_batch:
+                with torch.no_grad():
+                    batch.advantages = (batch.advantages - batch.advantages.mean()) / (
+                        batch.advantages.std() + 1e-8
+                    )
+            with torch.amp.autocast(
+                device_type=torch.device(self.device).type,
+                enabled=self.use_mixed_precision,
+                dtype=torch.bfloat16,
+            ):
+                self.actor(batch.observations, stochastic_output=True)
+                log_prob = self.actor.get_output_log_prob(batch.actions)
+                values = self.critic(batch.observations)
+                entropy = self.actor.output_entropy.mean()
+                kl = None
+                if adaptive:
+                    with torch.no_grad():
+                        kl = self.actor.get_kl_divergence(
+                            batch.old_distribution_params, self.actor.output_distribution_params
+                        ).mean()
+                surrogate_loss = self._surrogate_loss(log_prob, batch)
+                value_loss = self._value_loss(values, batch)
+                loss = surrogate_loss + self.value_loss_coef * value_loss - self.entropy_coef * entropy
+
+            self.optimizer.zero_grad()
+            loss.backward()
+            if self.is_multi_gpu:
+                reduced = self.reduce_parameters(kl)
+                kl = reduced if reduced is not None else kl
+            if kl is not None:
+                self._adapt_learning_rate(float(kl))  # the update's one host read per minibatch
+            nn.utils.clip_grad_norm_(self.actor.parameters(), self.max_grad_norm)
+            nn.utils.clip_grad_norm_(self.critic.parameters(), self.max_grad_norm)
+            self.optimizer.step()
+
+            loss_sums += torch.stack((surrogate_loss.detach(), value_loss.detach(), entropy.detach())).float()
+            num_updates += 1
+
+        obs = self.storage.observations.flatten(0, 1)
+        self.actor.update_normalization(obs)
+        self.critic.update_normalization(obs)
+        self.storage.clear()
+        surrogate, value, entropy_mean = (loss_sums / max(num_updates, 1)).tolist()
+        return {"value": value, "surrogate": surrogate, "entropy": entropy_mean}
+
+    def _surrogate_loss(self, log_prob: torch.Tensor, batch) -> torch.Tensor:
+        ratio = torch.exp(log_prob - torch.squeeze(batch.old_actions_log_prob))
+        advantages = torch.squeeze(batch.advantages)
+        surrogate = -advantages * ratio
+        clipped = -advantages * torch.clamp(ratio, 1.0 - self.clip_param, 1.0 + self.clip_param)
+        return torch.max(surrogate, clipped).mean()
+
+    def _value_loss(self, values: torch.Tensor, batch) -> torch.Tensor:
+        if not self.use_clipped_value_loss:
+            return (batch.returns - values).pow(2).mean()
+        clipped = batch.values + (values - batch.values).clamp(-self.clip_param, self.clip_param)
+        return torch.max((values - batch.returns).pow(2), (clipped - batch.returns).pow(2)).mean()
+
+    def _adapt_learning_rate(self, kl: float) -> None:
+        """rsl_rl's adaptive schedule, computed identically on every rank from the averaged KL."""
+        if kl > self.desired_kl * 2.0:
+            self.learning_rate = max(1e-5, self.learning_rate / 1.5)
+        elif 0.0 < kl < self.desired_kl / 2.0:
+            self.learning_rate = min(1e-2, self.learning_rate * 1.5)
+        for group in self.optimizer.param_groups:
+            group["lr"] = self.learning_rate
