@@ -10,34 +10,16 @@ from __future__ import annotations
 import dataclasses
 import math
 from abc import abstractmethod
-from dataclasses import dataclass
 
 import mujoco
 import torch
 from rsl_rl.env import VecEnv
 from tensordict import TensorDict
 
+from mjfleet.envs.config import EnvConfig
 from mjfleet.sim import Simulation
 
 NAN_RESETS_KEY = "Sim/nan_resets"
-
-
-@dataclass
-class EnvConfig:
-    """Settings every environment has. Tasks extend this dataclass with their own fields."""
-
-    num_envs: int | None = None
-    """Environments per worker. None: the task's default for the device (small on CPU, large on GPU)."""
-    decimation: int = 2
-    """Physics steps per policy step: policy rate = 1 / (timestep * decimation)."""
-    episode_length_s: float = 10.0
-    """Episode time limit in seconds; reaching it is reported as a time-out, not a termination."""
-    clip_actions: float = 1.0
-    """Policy outputs are clipped to [-clip_actions, clip_actions] before scaling."""
-    action_scale: float = 1.0
-    """Clipped actions are multiplied by this before they are written to the actuators."""
-    capture_graphs: bool = True
-    """Replay captured warp graphs for step/forward/reset (much faster; results are identical)."""
 
 
 class MujocoVecEnv(VecEnv):

@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import difflib
+import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from mjfleet.envs import EnvConfig, MujocoVecEnv
+from mjfleet.envs.config import EnvConfig
 from mjfleet.errors import UsageError
-from mjfleet.rl import AgentConfig
+from mjfleet.rl.config import AgentConfig
+
+if TYPE_CHECKING:
+    from mjfleet.envs.base import MujocoVecEnv
 
 
 @dataclass(frozen=True)
@@ -17,7 +22,10 @@ class TaskSpec:
 
     name: str
     description: str
-    env_class: type[MujocoVecEnv]
+    env_class: type[MujocoVecEnv] | str
+    """The environment class, or its "package.module:Class" name: then the module (and with it the simulator)
+    is imported only when an environment is built, which keeps `tasks`, `--help` and the launching process of
+    a multi-worker run light."""
     env_config: Callable[[], EnvConfig]
     agent_config: Callable[[], AgentConfig]
     num_envs_cpu: int = 1024
@@ -26,17 +34,27 @@ class TaskSpec:
     def default_num_envs(self, device: str) -> int:
         return self.num_envs_gpu if str(device).startswith("cuda") else self.num_envs_cpu
 
+    def env_type(self) -> type[MujocoVecEnv]:
+        """The environment class (imported now if it was given by name)."""
+        if not isinstance(self.env_class, str):
+            return self.env_class
+        module, _, attr = self.env_class.partition(":")
+        return getattr(importlib.import_module(module), attr)
+
     def make_env(self, cfg: EnvConfig, device: str = "cpu") -> MujocoVecEnv:
         """Build the environment; fills in num_envs for the device when the config leaves it open."""
         if cfg.num_envs is None:
             cfg.num_envs = self.default_num_envs(device)
-        return self.env_class(cfg, device=device)
+        return self.env_type()(cfg, device=device)
 
 
 _TASKS: dict[str, TaskSpec] = {}
 
 
 def register(spec: TaskSpec) -> TaskSpec:
+    """Add a task to the registry (at import time of the module that defines it)."""
+    if isinstance(spec.env_class, str) and ":" not in spec.env_class:
+        raise ValueError(f"task {spec.name!r}: env_class {spec.env_class!r} must read 'package.module:Class'")
     if spec.name in _TASKS:
         raise ValueError(f"task {spec.name!r} is registered twice")
     _TASKS[spec.name] = spec

@@ -1,8 +1,16 @@
 """Cartpole-Balance and Cartpole-Swingup."""
 
-from mjfleet.rl import ActorConfig, AgentConfig, PolicyConfig, PPOConfig
-from mjfleet.tasks.cartpole.env import CartpoleConfig, CartpoleEnv, CartpoleRewards
+from typing import TYPE_CHECKING
+
+from mjfleet.rl.config import ActorConfig, AgentConfig, PolicyConfig, PPOConfig
+from mjfleet.tasks.cartpole.config import CartpoleConfig, CartpoleRewards
 from mjfleet.tasks.registry import TaskSpec, register
+
+if TYPE_CHECKING:
+    from mjfleet.tasks.cartpole.env import CartpoleEnv
+
+# By name: the simulator is imported when an environment is built, not when the task is registered.
+ENV_CLASS = "mjfleet.tasks.cartpole.env:CartpoleEnv"
 
 
 def _agent(experiment: str, max_iterations: int) -> AgentConfig:
@@ -23,7 +31,7 @@ register(
     TaskSpec(
         name="Cartpole-Balance",
         description="Keep a pole upright on a cart that moves along a rail (starts near upright).",
-        env_class=CartpoleEnv,
+        env_class=ENV_CLASS,
         env_config=lambda: CartpoleConfig(swingup=False, episode_length_s=5.0),
         agent_config=lambda: _agent("cartpole_balance", max_iterations=150),
     )
@@ -32,10 +40,19 @@ register(
     TaskSpec(
         name="Cartpole-Swingup",
         description="Swing a hanging pole up by moving the cart, then balance it upright.",
-        env_class=CartpoleEnv,
+        env_class=ENV_CLASS,
         env_config=lambda: CartpoleConfig(swingup=True, episode_length_s=8.0),
         agent_config=lambda: _agent("cartpole_swingup", max_iterations=300),
     )
 )
+
+
+def __getattr__(name: str):
+    if name == "CartpoleEnv":
+        from mjfleet.tasks.cartpole.env import CartpoleEnv
+
+        return CartpoleEnv
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = ["CartpoleConfig", "CartpoleEnv", "CartpoleRewards"]

@@ -6,47 +6,12 @@ earns at most 1 and the best possible return equals the episode length in policy
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import mujoco
 import torch
 
 from mjfleet.assets import asset_path
-from mjfleet.envs import EnvConfig, MujocoVecEnv
-
-
-@dataclass
-class CartpoleRewards:
-    """Weights of the reward terms (each term is in [0, 1]; keep the weights summing to 1)."""
-
-    upright: float = 0.7
-    """(1 + cos(pole angle)) / 2: 1 when upright, 0 when hanging."""
-    centered: float = 0.1
-    """exp(-cart_position^2): stay near the middle of the rail."""
-    small_control: float = 0.1
-    """exp(-action^2): do not push harder than needed."""
-    small_velocity: float = 0.1
-    """exp(-pole_angular_velocity^2 / 4): come to rest."""
-
-
-@dataclass
-class CartpoleConfig(EnvConfig):
-    """Cart-pole settings. Physics at 100 Hz, policy at 50 Hz."""
-
-    episode_length_s: float = 5.0
-    swingup: bool = False
-    """Start hanging down (swing-up) instead of near upright (balance)."""
-    rail_limit: float = 2.4
-    """The episode terminates when the cart leaves [-rail_limit, rail_limit]."""
-    max_pole_angle: float = 0.4
-    """Balance only: the episode terminates when the pole tilts further than this (rad)."""
-    init_angle_range: float = 0.1
-    """Initial pole angle offset is uniform in +-this (rad), around upright or hanging."""
-    init_position_range: float = 0.2
-    init_velocity_range: float = 0.05
-    observation_noise: float = 0.0
-    """Standard deviation of Gaussian noise added to the actor's observations."""
-    rewards: CartpoleRewards = field(default_factory=CartpoleRewards)
+from mjfleet.envs import MujocoVecEnv
+from mjfleet.tasks.cartpole.config import CartpoleConfig
 
 
 class CartpoleEnv(MujocoVecEnv):

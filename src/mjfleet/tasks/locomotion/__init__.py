@@ -1,5 +1,7 @@
 """Quadruped-Velocity-Flat and Quadruped-Velocity-Rough: track commanded planar velocities with a Go1-class robot."""
 
+from typing import TYPE_CHECKING
+
 from mjfleet.tasks.locomotion.config import (
     CommandConfig,
     EventConfig,
@@ -11,9 +13,14 @@ from mjfleet.tasks.locomotion.config import (
     flat_config,
     rough_config,
 )
-from mjfleet.tasks.locomotion.env import LocomotionEnv
 from mjfleet.tasks.locomotion.terrain import HeightMap, Terrain, TerrainConfig
 from mjfleet.tasks.registry import TaskSpec, register
+
+if TYPE_CHECKING:
+    from mjfleet.tasks.locomotion.env import LocomotionEnv
+
+# By name: the simulator is imported when an environment is built, not when the task is registered.
+ENV_CLASS = "mjfleet.tasks.locomotion.env:LocomotionEnv"
 
 # Networks: 512-256-128 ELU on every device (rsl_rl's legged defaults). CPU env counts keep one PPO iteration
 # near 10 s on 2 shared cores with one torch thread (measured: docs/tasks.md); 4096 per GPU.
@@ -24,7 +31,7 @@ register(
         name="Quadruped-Velocity-Flat",
         description="Go1-class quadruped tracks commanded (vx, vy, yaw rate) on flat ground; pushes, friction and "
         "mass randomisation.",
-        env_class=LocomotionEnv,
+        env_class=ENV_CLASS,
         env_config=flat_config,
         agent_config=lambda: agent_config("quadruped_velocity_flat", HIDDEN_DIMS, max_iterations=1500),
         num_envs_cpu=512,
@@ -36,13 +43,22 @@ register(
         name="Quadruped-Velocity-Rough",
         description="Go1-class quadruped tracks commanded velocities on heightfield tiles (slopes, rough ground, "
         "stairs, boxes) with a terrain curriculum and a height scan.",
-        env_class=LocomotionEnv,
+        env_class=ENV_CLASS,
         env_config=rough_config,
         agent_config=lambda: agent_config("quadruped_velocity_rough", HIDDEN_DIMS, max_iterations=3000),
         num_envs_cpu=256,
         num_envs_gpu=4096,
     )
 )
+
+
+def __getattr__(name: str):
+    if name == "LocomotionEnv":
+        from mjfleet.tasks.locomotion.env import LocomotionEnv
+
+        return LocomotionEnv
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "CommandConfig",
