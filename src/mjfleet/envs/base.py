@@ -33,6 +33,8 @@ class MujocoVecEnv(VecEnv):
     needs_forward: bool = False
     #: Model fields given a per-environment copy (for domain randomisation), e.g. ("geom_friction",).
     per_env_model_fields: tuple[str, ...] = ()
+    #: mujoco_warp OverflowType bits whose console warnings are not printed (they stay set in `data.overflow`).
+    silenced_overflow_warnings: int = 0
 
     def __init__(self, cfg: EnvConfig, device: str = "cpu") -> None:
         if cfg.num_envs is None or cfg.num_envs < 1:
@@ -46,6 +48,7 @@ class MujocoVecEnv(VecEnv):
             substeps=cfg.decimation,
             capture=cfg.capture_graphs,
             per_world_model_fields=self.per_env_model_fields,
+            silenced_overflow_warnings=self.silenced_overflow_warnings,
             **self.simulation_sizes(),
         )
         self.device = self.sim.device

@@ -36,6 +36,7 @@ class Simulation:
         per_world_model_fields: Iterable[str] = (),
         nconmax: int | None = None,
         njmax: int | None = None,
+        silenced_overflow_warnings: int = 0,
     ) -> None:
         if num_worlds < 1:
             raise ValueError(f"num_worlds must be >= 1, got {num_worlds}")
@@ -50,6 +51,11 @@ class Simulation:
         batch_sizes = {name: num_worlds for name in per_world_model_fields}
         with wp.ScopedDevice(self.wp_device):
             self.model = mjw.put_model(mj_model, batch_sizes=batch_sizes)
+            # mujoco_warp prints a line from inside its kernels for every overflow bit in opt.warn_overflow; the bits
+            # in `silenced_overflow_warnings` are still recorded in `data.overflow`, just not printed.
+            self.model.opt.warn_overflow = int(self.model.opt.warn_overflow) & ~int(
+                silenced_overflow_warnings
+            )
             self.data = mjw.make_data(mj_model, nworld=num_worlds, nconmax=nconmax, njmax=njmax)
             self._reset_mask_wp = wp.zeros(num_worlds, dtype=bool)
         self.reset_mask = wp.to_torch(self._reset_mask_wp)

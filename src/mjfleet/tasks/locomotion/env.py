@@ -14,6 +14,7 @@ import math
 import mujoco
 import torch
 import warp as wp
+from mujoco_warp import OverflowType
 
 from mjfleet.assets import asset_path
 from mjfleet.envs import MujocoVecEnv
@@ -29,7 +30,10 @@ JOINT_NAMES = tuple(f"{leg}_{part}_joint" for leg in LEGS for part in ("hip", "t
 # Metrics/sim_overflow.
 ROUGH_NCONMAX = 64
 ROUGH_NJMAX = 256
-_OVERFLOW_BITS = 1 | 4 | 8 | 32  # NEFC | BROADPHASE | NARROWPHASE | HFIELD (mujoco_warp OverflowType)
+_LS_ITERATIONS_BIT = int(OverflowType.LS_ITERATIONS)
+_OVERFLOW_BITS = int(
+    OverflowType.NEFC | OverflowType.BROADPHASE | OverflowType.NARROWPHASE | OverflowType.HFIELD
+)
 
 
 class LocomotionEnv(MujocoVecEnv):
@@ -37,6 +41,10 @@ class LocomotionEnv(MujocoVecEnv):
 
     cfg: LocomotionConfig
     per_env_model_fields = ("geom_friction", "body_mass")
+    # The line search stopping at its iteration limit is not a buffer overflow: the step is still taken (a slightly
+    # less converged constraint solve). Printing it on every occurrence flooded the console during training; it
+    # is logged as Metrics/sim_linesearch_limit instead.
+    silenced_overflow_warnings = int(OverflowType.LS_ITERATIONS)
 
     # ------------------------------------------------------------------ model
     def build_model(self) -> mujoco.MjModel:
@@ -382,6 +390,7 @@ class LocomotionEnv(MujocoVecEnv):
         log["Metrics/lin_vel_error"] = self._lin_vel_error.mean()
         log["Metrics/ang_vel_error"] = self._ang_vel_error.mean()
         log["Metrics/sim_overflow"] = ((self._overflow & _OVERFLOW_BITS) != 0).float().mean()
+        log["Metrics/sim_linesearch_limit"] = ((self._overflow & _LS_ITERATIONS_BIT) != 0).float().mean()
         if self.curriculum:
             log["Metrics/terrain_level"] = self.terrain_levels.float().mean()
         return obs, rewards, dones, extras
