@@ -49,8 +49,18 @@ def test_cartpole_balance_defaults_reach_95_percent_of_the_maximum_return():
 def test_cartpole_swingup_defaults_swing_up_and_balance():
     spec = get_task("Cartpole-Swingup")
     returns, runner = _train("Cartpole-Swingup", iterations=spec.agent_config().max_iterations)
-    # Hanging still earns at most 0.3 per step; swinging up and balancing earns close to 1.
-    assert returns[-1] >= 0.75 * runner.env.max_episode_length
+    env = runner.env
+    # Hanging earns 0 per step, a pole balanced upright at the centre about 1; the swing-up itself takes ~2 s of
+    # the 8 s episode, so about 300 of 400 is near the best possible.
+    assert returns[-1] >= 0.6 * env.max_episode_length
+    # And the deterministic policy, started hanging, ends its episodes with the pole up and nearly still.
+    policy = runner.get_inference_policy()
+    obs, _ = env.reset()
+    with torch.inference_mode():
+        for _ in range(env.max_episode_length - 2):
+            obs, _, _, _ = env.step(policy(obs))
+    up = (torch.cos(env.sim.qpos[:, 1]) > 0.95) & (env.sim.qvel[:, 1].abs() < 1.0)
+    assert up.float().mean() > 0.9
 
 
 @pytest.mark.slow

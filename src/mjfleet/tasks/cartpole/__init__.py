@@ -41,7 +41,14 @@ register(
         name="Cartpole-Swingup",
         description="Swing a hanging pole up by moving the cart, then balance it upright.",
         env_class=ENV_CLASS,
-        env_config=lambda: CartpoleConfig(swingup=True, episode_length_s=8.0),
+        env_config=lambda: CartpoleConfig(
+            swingup=True,
+            episode_length_s=8.0,
+            end_stops=True,
+            rewards=CartpoleRewards(
+                upright=0.0, centered=0.0, small_control=0.0, small_velocity=0.0, upright_product=1.0
+            ),
+        ),
         agent_config=lambda: _agent("cartpole_swingup", max_iterations=300),
     )
 )

@@ -19,6 +19,11 @@ class CartpoleRewards:
     """exp(-action^2): do not push harder than needed."""
     small_velocity: float = 0.1
     """exp(-pole_angular_velocity^2 / 4): come to rest."""
+    upright_product: float = 0.0
+    """upright x (1 + centered)/2 x (4 + small_control)/5 x (1 + small_velocity)/2: the product form (as in the
+    DeepMind control suite's cart-pole) is 0 whenever the pole hangs, whatever the other terms, so a hanging,
+    resting pole earns nothing. Swing-up uses it alone: with the weighted sum, hanging still earned 0.2-0.3 per
+    step and PPO settled there (measured: return stuck at 80-120 of 400 after 150-500 iterations)."""
 
 
 @dataclass
@@ -29,7 +34,11 @@ class CartpoleConfig(EnvConfig):
     swingup: bool = False
     """Start hanging down (swing-up) instead of near upright (balance)."""
     rail_limit: float = 2.4
-    """The episode terminates when the cart leaves [-rail_limit, rail_limit]."""
+    """The episode terminates when the cart leaves [-rail_limit, rail_limit] (unless end_stops)."""
+    end_stops: bool = False
+    """The rail has end stops instead: the cart stops dead at +-rail_limit and the episode goes on. Swing-up uses
+    them: when leaving the rail ended the episode, some seeds learned to shoot off the rail at once (measured:
+    episodes of 40 steps, return 3 of 400, for 100+ iterations) instead of learning to pump."""
     max_pole_angle: float = 0.4
     """Balance only: the episode terminates when the pole tilts further than this (rad)."""
     init_angle_range: float = 0.1

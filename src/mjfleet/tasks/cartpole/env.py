@@ -32,6 +32,13 @@ class CartpoleEnv(MujocoVecEnv):
             actor = state + self.cfg.observation_noise * torch.randn_like(state)
         return {"actor": actor, "critic": state}
 
+    def post_physics_step(self) -> None:
+        if self.cfg.end_stops:
+            # An inelastic stop, written into the simulation state in place (batched, no host sync).
+            x, x_dot = self.sim.qpos[:, 0], self.sim.qvel[:, 0]
+            x_dot.masked_fill_(x.abs() >= self.cfg.rail_limit, 0.0)
+            x.clamp_(-self.cfg.rail_limit, self.cfg.rail_limit)
+
     def compute_terminations(self) -> torch.Tensor:
         off_rail = self.sim.qpos[:, 0].abs() > self.cfg.rail_limit
         if self.cfg.swingup:
@@ -66,6 +73,15 @@ class CartpoleEnv(MujocoVecEnv):
 
     def _reward_small_velocity(self) -> torch.Tensor:
         return torch.exp(-0.25 * self.sim.qvel[:, 1].square())
+
+    def _reward_upright_product(self) -> torch.Tensor:
+        return (
+            self._reward_upright()
+            * (1.0 + self._reward_centered())
+            * (4.0 + self._reward_small_control())
+            * (1.0 + self._reward_small_velocity())
+            / 20.0
+        )
 
 
 def _uniform(shape, half_range: float, device) -> torch.Tensor:
