@@ -13,9 +13,9 @@ from typing import Any
 
 from mjfleet.bench import autotune, machine
 from mjfleet.bench.report import format_report, scaling, summarize_run, summarize_startup
-from mjfleet.cli.common import parse_task_command, quiet_warp, user_errors
+from mjfleet.cli.common import parse_task_command, quiet_warp, user_errors, worker_plan
 from mjfleet.errors import UsageError
-from mjfleet.launch.devices import GpuRequest, WorkerPlan, make_plan, parse_gpu_ids
+from mjfleet.launch.devices import GpuRequest, WorkerPlan, make_plan
 from mjfleet.launch.launcher import run_workers
 
 PROG = "bench"
@@ -120,15 +120,7 @@ def resolve(task_name: str, flags: Any) -> tuple[WorkerPlan, list[int], bool]:
 
     check_flags(flags)
     sizes, auto = parse_num_envs(flags.num_envs)
-    gpu_tokens = None if list(flags.gpu_ids) == ["auto"] else list(flags.gpu_ids)
-    plan = make_plan(
-        parse_gpu_ids(gpu_tokens),
-        cpu_workers=flags.cpu_workers,
-        hosts=list(flags.hosts),
-        threads=flags.threads,
-    )
-    if plan.notice:
-        print(plan.notice)
+    plan = worker_plan(flags)
     if not sizes and not auto:
         sizes = [flags.env.num_envs or get_task(task_name).default_num_envs(plan.devices[0])]
     check_sizes(sizes, flags)

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import Any, NoReturn
 
 from mjfleet.errors import UsageError
+from mjfleet.launch.devices import WorkerPlan, make_plan, parse_gpu_ids
 from mjfleet.launch.launcher import WorkerFailed
 
 
@@ -42,6 +43,20 @@ def user_errors(prog: str) -> Callable:
         return run
 
     return wrap
+
+
+def worker_plan(flags: Any) -> WorkerPlan:
+    """The worker plan from the common --gpu-ids / --cpu-workers / --hosts / --threads flags (prints any notice)."""
+    gpu_tokens = None if list(flags.gpu_ids) == ["auto"] else list(flags.gpu_ids)
+    plan = make_plan(
+        parse_gpu_ids(gpu_tokens),
+        cpu_workers=flags.cpu_workers,
+        hosts=list(flags.hosts),
+        threads=flags.threads,
+    )
+    if plan.notice:
+        print(plan.notice)
+    return plan
 
 
 def quiet_warp() -> None:

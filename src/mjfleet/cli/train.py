@@ -12,10 +12,10 @@ import time
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from mjfleet.cli.common import parse_task_command, quiet_warp, user_errors
+from mjfleet.cli.common import parse_task_command, quiet_warp, user_errors, worker_plan
 from mjfleet.envs import EnvConfig
 from mjfleet.errors import UsageError
-from mjfleet.launch.devices import WorkerPlan, make_plan, parse_gpu_ids
+from mjfleet.launch.devices import WorkerPlan
 from mjfleet.launch.launcher import Interrupted, run_workers
 from mjfleet.rl import AgentConfig
 from mjfleet.runs import Retention, RunDir
@@ -115,15 +115,7 @@ def resolve(task_name: str, flags: Any) -> TrainJob:
     from mjfleet.tasks import get_task
 
     spec = get_task(task_name)
-    gpu_tokens = None if list(flags.gpu_ids) == ["auto"] else list(flags.gpu_ids)
-    plan = make_plan(
-        parse_gpu_ids(gpu_tokens),
-        cpu_workers=flags.cpu_workers,
-        hosts=list(flags.hosts),
-        threads=flags.threads,
-    )
-    if plan.notice:
-        print(plan.notice)
+    plan = worker_plan(flags)
     env, agent = flags.env, flags.agent
     for alias, target, field in (
         (flags.num_envs, env, "num_envs"),
