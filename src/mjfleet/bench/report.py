@@ -157,9 +157,8 @@ def _memory(per_rank: list[dict[str, Any]]) -> dict[str, Any]:
     if "gpu_torch_peak_bytes" in per_rank[0]:
         out["gpu_torch_peak_mib_max"] = max(p["gpu_torch_peak_bytes"] for p in per_rank) / MIB
         warp_peaks = [p.get("gpu_warp_peak_bytes") for p in per_rank]
-        out["gpu_warp_mempool_peak_mib_max"] = (
-            max(warp_peaks) / MIB if all(v is not None for v in warp_peaks) else None
-        )
+        known = [v for v in warp_peaks if v is not None]
+        out["gpu_warp_mempool_peak_mib_max"] = max(known) / MIB if len(known) == len(warp_peaks) else None
     return out
 
 

@@ -176,12 +176,14 @@ def run(argv: list[str]) -> dict[str, Any]:
 
     runs = []
     if single is not None:
-        raw = run_workers(single, bench_worker, job(single, sizes))
+        raw = _rank0(run_workers(single, bench_worker, job(single, sizes)))
         startup = first_startup or summarize_startup(raw)
         runs.append(summarize_run(raw, startup))
     if plan.world_size > 1:
         log_dir = "" if flags.torchrunx_log_dir is None else flags.torchrunx_log_dir
-        raw = run_workers(plan, bench_worker, job(plan, sizes, launch_time=time.time()), log_dir=log_dir)
+        raw = _rank0(
+            run_workers(plan, bench_worker, job(plan, sizes, launch_time=time.time()), log_dir=log_dir)
+        )
         runs.append(summarize_run(raw, summarize_startup(raw, parent_ready_s)))
 
     result: dict[str, Any] = {
@@ -228,7 +230,7 @@ def _auto_num_envs(task_name: str, single: WorkerPlan, flags: Any, job, versions
         sweep_job = dataclasses.replace(
             sweep_job, steps=min(sweep_job.steps, 50), repeats=min(sweep_job.repeats, 2)
         )
-        raw = run_workers(single, bench_worker, sweep_job)
+        raw = _rank0(run_workers(single, bench_worker, sweep_job))
         if not first:
             first.update(summarize_startup(raw))
         return summarize_run(raw, {})["points"][0]["rollout"]["env_steps_per_s"]
@@ -244,3 +246,10 @@ def _auto_num_envs(task_name: str, single: WorkerPlan, flags: Any, job, versions
 
 if __name__ == "__main__":
     main()
+
+
+def _rank0(raw: dict[str, Any] | None) -> dict[str, Any]:
+    """bench_worker's result: rank 0 returns the measurements (other ranks return None, and are not returned)."""
+    if raw is None:
+        raise RuntimeError("the benchmark's rank 0 returned no measurements")
+    return raw

@@ -64,7 +64,7 @@ def quiet_warp() -> None:
     import warp as wp
 
     if not os.environ.get("MJFLEET_WARP_VERBOSE"):
-        wp.config.quiet = True
+        wp.config.quiet = True  # pyright: ignore[reportAttributeAccessIssue] - set at run time, not declared
         wp.config.log_level = wp.LOG_WARNING
 
 

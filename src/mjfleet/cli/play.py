@@ -243,12 +243,16 @@ def play(task_name: str, flags: Any) -> dict[str, Any]:
             tag = state["iter"] if state is not None else flags.policy
             video_path = output.parent / "videos" / f"play_{tag}.mp4"
             writer = Mp4Writer(video_path, flags.video_width, flags.video_height, fps=1.0 / env.step_dt)
+        frame_sink = None
+        if writer is not None and recorder is not None:
+            video_writer, video_recorder = writer, recorder
+            frame_sink = lambda: video_writer.write(video_recorder.frame())  # noqa: E731
         try:
             result = evaluate(
                 env,
                 act,
                 flags.episodes,
-                frame_sink=(lambda: writer.write(recorder.frame())) if writer is not None else None,
+                frame_sink=frame_sink,
                 video_length=flags.video_length,
             )
         finally:
@@ -260,6 +264,8 @@ def play(task_name: str, flags: Any) -> dict[str, Any]:
         exported = None
         if flags.export:
             from mjfleet.rl.export import export_policy, policy_metadata
+
+            assert state is not None and checkpoint is not None  # check_flags: --export needs a checkpoint
 
             meta = policy_metadata(
                 env, actor, obs, spec.name, iteration=state["iter"], checkpoint=str(checkpoint)

@@ -200,10 +200,12 @@ def train_worker(job: TrainJob) -> dict[str, Any]:
     seed = seed_for(job.agent.seed, ctx)
     torch.manual_seed(seed)
     spec = get_task(job.task)
+    num_envs = job.env.num_envs
+    assert num_envs is not None  # resolve() filled in the device default
     if ctx.is_main:
         print(
-            f"{job.task}: {ctx.world_size} worker{'s' if ctx.world_size > 1 else ''} x {job.env.num_envs} envs = "
-            f"{ctx.world_size * job.env.num_envs} envs on {job.plan.describe()}; run dir {job.run_dir.path}",
+            f"{job.task}: {ctx.world_size} worker{'s' if ctx.world_size > 1 else ''} x {num_envs} envs = "
+            f"{ctx.world_size * num_envs} envs on {job.plan.describe()}; run dir {job.run_dir.path}",
             flush=True,
         )
     # From here on a signal asks for a clean stop after the current iteration (one iteration at least runs).

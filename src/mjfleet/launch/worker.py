@@ -126,8 +126,9 @@ def worker_main(plan: WorkerPlan, payload: bytes) -> Any:
     import cloudpickle
 
     # Worker stdout is a pipe to torchrunx's log forwarder; line buffering keeps rank 0's prints live.
-    if hasattr(sys.stdout, "reconfigure"):
-        sys.stdout.reconfigure(line_buffering=True)
+    reconfigure = getattr(sys.stdout, "reconfigure", None)
+    if reconfigure is not None:
+        reconfigure(line_buffering=True)
     rank = int(os.environ.get("RANK", "0"))
     # torchrunx ships every record at or above the root level to the launcher; DEBUG chatter from libraries
     # would cost socket traffic only to be dropped there.

@@ -40,17 +40,17 @@ class FleetPPO(PPO):
 
         Returns the averaged `extra`, or None without one. Gradients are updated in place.
         """
-        params = [p for p in self._trained_parameters() if p.grad is not None]
-        parts = [p.grad.reshape(-1) for p in params]
+        grads = [p.grad for p in self._trained_parameters() if p.grad is not None]
+        parts = [g.reshape(-1) for g in grads]
         if extra is not None:
             parts.append(extra.reshape(-1).to(parts[0].dtype if parts else torch.float32))
         flat = torch.cat(parts)
         dist.all_reduce(flat, op=dist.ReduceOp.SUM)
         flat /= self.gpu_world_size
         offset = 0
-        for p in params:
-            n = p.numel()
-            p.grad.copy_(flat[offset : offset + n].view_as(p.grad))
+        for g in grads:
+            n = g.numel()
+            g.copy_(flat[offset : offset + n].view_as(g))
             offset += n
         return flat[offset:].view_as(extra) if extra is not None else None
 
@@ -68,6 +68,9 @@ class FleetPPO(PPO):
         loss_sums = torch.zeros(3, device=self.device)  # surrogate, value, entropy
         num_updates = 0
         for batch in self.storage.mini_batch_generator(self.num_mini_batches, self.num_learning_epochs):
+            # rsl_rl's Batch declares every field optional; the feed-forward generator fills all of these.
+            assert batch.advantages is not None and batch.actions is not None
+            assert batch.old_distribution_params is not None
             if self.normalize_advantage_per_mini_batch:
                 with torch.no_grad():
                     batch.advantages = (batch.advantages - batch.advantages.mean()) / (

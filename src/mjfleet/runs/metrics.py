@@ -27,7 +27,7 @@ class MetricsWriter:
 
             self._tb = SummaryWriter(log_dir=str(run_path), flush_secs=10)
         elif logger == "wandb":
-            import wandb  # optional dependency: `uv sync --extra wandb`; checked by the CLI
+            import wandb  # pyright: ignore[reportMissingImports] - optional: `uv sync --extra wandb`; the CLI checks it
 
             # Offline runs: WANDB_MODE=offline (sync later with `wandb sync <run_dir>/wandb/offline-run-*`).
             self._wandb = wandb.init(
@@ -51,7 +51,7 @@ class MetricsWriter:
         staging area first, so checkpoint retention may delete it right after."""
         if self._wandb is None:
             return
-        import wandb
+        import wandb  # pyright: ignore[reportMissingImports] - the optional `wandb` extra
 
         artifact = wandb.Artifact(f"{self._wandb.id}-model", type="model", metadata={"iteration": iteration})
         artifact.add_file(str(path))

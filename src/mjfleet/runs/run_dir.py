@@ -69,7 +69,9 @@ class RunDir:
     def write_params(self, **configs: Any) -> None:
         """params/<name>.yaml for each config (dataclasses or dicts)."""
         for name, cfg in configs.items():
-            data = dataclasses.asdict(cfg) if dataclasses.is_dataclass(cfg) else cfg
+            data = cfg
+            if dataclasses.is_dataclass(cfg) and not isinstance(cfg, type):
+                data = dataclasses.asdict(cfg)
             atomic_write_text(
                 self.path / "params" / f"{name}.yaml", yaml.safe_dump(to_plain(data), sort_keys=False)
             )

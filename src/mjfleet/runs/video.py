@@ -149,7 +149,7 @@ class Mp4Writer:
         self._writer = imageio_ffmpeg.write_frames(
             str(self._tmp),
             self.size,
-            fps=fps,
+            fps=fps,  # pyright: ignore[reportArgumentType] - ffmpeg takes fractional rates (50.0)
             codec="libx264",
             pix_fmt_out="yuv420p",
             quality=7,

@@ -66,7 +66,7 @@ class Simulation:
             self.data_view(name)
 
         self._operations = self._make_operations()
-        self._graphs: dict[str, object] = {}
+        self._graphs: dict[str, wp.Graph] = {}
         self.captured = False
         if capture:
             self._capture_graphs()
@@ -166,6 +166,8 @@ class Simulation:
                 for name, fn in operations.items():
                     with wp.ScopedCapture(device=self.wp_device) as capture:
                         fn()
+                    if capture.graph is None:
+                        raise RuntimeError(f"capturing {name} produced no graph")
                     self._graphs[name] = capture.graph
             self.captured = True
         except Exception as exc:  # capture is an optimisation: fall back to plain launches, loudly, once

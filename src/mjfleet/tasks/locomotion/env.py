@@ -277,6 +277,8 @@ class LocomotionEnv(MujocoVecEnv):
 
     def height_scan(self) -> torch.Tensor:
         """(num_envs, P) base height above the terrain at the scan points, minus the offset, clipped to [-1, 1]."""
+        if self.scan_points is None:
+            raise RuntimeError("height_scan() needs height_scan.enabled (and rough terrain)")
         yaw = yaw_from_quat(self.sim.qpos[:, 3:7])
         c, s = torch.cos(yaw).unsqueeze(1), torch.sin(yaw).unsqueeze(1)
         px, py = self.scan_points[:, 0], self.scan_points[:, 1]
