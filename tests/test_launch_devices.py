@@ -210,14 +210,14 @@ def test_cpu_workers_give_that_many_gloo_workers():
 
 
 def test_cpu_workers_use_one_torch_thread_each_unless_asked_for_more(monkeypatch):
-    monkeypatch.setattr(devices, "_usable_cores", lambda: 8)
+    monkeypatch.setattr(devices, "usable_cores", lambda: 8)
     assert make_plan(parse_gpu_ids(["None"]), cpu_workers=3).threads_per_worker == 1
     assert make_plan(parse_gpu_ids(["None"]), cpu_workers=1).threads_per_worker == 1
     assert make_plan(parse_gpu_ids(["None"]), cpu_workers=2, threads=4).threads_per_worker == 4
 
 
 def test_gpu_workers_split_the_cores_among_themselves(monkeypatch):
-    monkeypatch.setattr(devices, "_usable_cores", lambda: 16)
+    monkeypatch.setattr(devices, "usable_cores", lambda: 16)
     assert make_plan(parse_gpu_ids(["0", "1"]), cuda_device_count=2).threads_per_worker == 8
     assert make_plan(parse_gpu_ids(["all"]), cuda_device_count=32).threads_per_worker == 1
 

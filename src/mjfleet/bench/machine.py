@@ -10,6 +10,8 @@ import sys
 import time
 from pathlib import Path
 
+from mjfleet.launch.devices import usable_cores
+
 _PACKAGES = {
     "mjfleet": "mjfleet",
     "torch": "torch",
@@ -42,13 +44,6 @@ def cpu_model() -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine() or "unknown CPU"
-
-
-def usable_cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:
-        return os.cpu_count() or 1
 
 
 def device_name(device: str) -> str:

@@ -244,12 +244,12 @@ def _auto_num_envs(task_name: str, single: WorkerPlan, flags: Any, job, versions
     return {**entry, "cached": False, "cache_file": str(autotune.cache_path()), "key": key}, first or None
 
 
-if __name__ == "__main__":
-    main()
-
-
 def _rank0(raw: dict[str, Any] | None) -> dict[str, Any]:
     """bench_worker's result: rank 0 returns the measurements (other ranks return None, and are not returned)."""
     if raw is None:
         raise RuntimeError("the benchmark's rank 0 returned no measurements")
     return raw
+
+
+if __name__ == "__main__":
+    main()

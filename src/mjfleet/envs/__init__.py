@@ -7,17 +7,14 @@ the launching process of a multi-worker run can parse configs without paying for
 from typing import TYPE_CHECKING
 
 from mjfleet.envs.config import EnvConfig
+from mjfleet.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from mjfleet.envs.base import NAN_RESETS_KEY, MujocoVecEnv
 
-
-def __getattr__(name: str):
-    if name in ("MujocoVecEnv", "NAN_RESETS_KEY"):
-        from mjfleet.envs import base
-
-        return getattr(base, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_exports(
+    __name__, {name: f"mjfleet.envs.base:{name}" for name in ("MujocoVecEnv", "NAN_RESETS_KEY")}
+)
 
 
 __all__ = ["NAN_RESETS_KEY", "EnvConfig", "MujocoVecEnv"]

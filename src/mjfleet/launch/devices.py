@@ -158,7 +158,7 @@ def make_plan(
         raise UsageError(f"--threads must be a whole number >= 1, got {threads!r}")
     host_names = _resolve_hosts(hosts)
     count = _visible_gpu_count() if cuda_device_count is None else cuda_device_count
-    cores = _usable_cores()
+    cores = usable_cores()
 
     notice = None
     if request.mode == "default":
@@ -252,7 +252,8 @@ def _visible_gpu_count() -> int:
         return 0
 
 
-def _usable_cores() -> int:
+def usable_cores() -> int:
+    """CPU cores this process may run on."""
     try:
         return len(os.sched_getaffinity(0))  # respects taskset/cgroup pinning, unlike os.cpu_count()
     except AttributeError:

@@ -5,18 +5,12 @@ The settings import cheaply; `FleetRunner` (rsl_rl, tensordict) is imported on f
 
 from typing import TYPE_CHECKING
 
+from mjfleet.lazy import lazy_exports
 from mjfleet.rl.config import ActorConfig, AgentConfig, PolicyConfig, PPOConfig
 
 if TYPE_CHECKING:
     from mjfleet.rl.runner import FleetRunner
 
-
-def __getattr__(name: str):
-    if name == "FleetRunner":
-        from mjfleet.rl.runner import FleetRunner
-
-        return FleetRunner
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
+__getattr__ = lazy_exports(__name__, {"FleetRunner": "mjfleet.rl.runner:FleetRunner"})
 
 __all__ = ["ActorConfig", "AgentConfig", "FleetRunner", "PPOConfig", "PolicyConfig"]

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import difflib
-import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from mjfleet.envs.config import EnvConfig
 from mjfleet.errors import UsageError
+from mjfleet.lazy import import_object
 from mjfleet.rl.config import AgentConfig
 
 if TYPE_CHECKING:
@@ -36,10 +36,7 @@ class TaskSpec:
 
     def env_type(self) -> type[MujocoVecEnv]:
         """The environment class (imported now if it was given by name)."""
-        if not isinstance(self.env_class, str):
-            return self.env_class
-        module, _, attr = self.env_class.partition(":")
-        return getattr(importlib.import_module(module), attr)
+        return import_object(self.env_class) if isinstance(self.env_class, str) else self.env_class
 
     def make_env(self, cfg: EnvConfig, device: str = "cpu") -> MujocoVecEnv:
         """Build the environment; fills in num_envs for the device when the config leaves it open."""

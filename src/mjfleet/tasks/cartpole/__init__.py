@@ -2,6 +2,7 @@
 
 from typing import TYPE_CHECKING
 
+from mjfleet.lazy import lazy_exports
 from mjfleet.rl.config import ActorConfig, AgentConfig, PolicyConfig, PPOConfig
 from mjfleet.tasks.cartpole.config import CartpoleConfig, CartpoleRewards
 from mjfleet.tasks.registry import TaskSpec, register
@@ -53,13 +54,7 @@ register(
     )
 )
 
-
-def __getattr__(name: str):
-    if name == "CartpoleEnv":
-        from mjfleet.tasks.cartpole.env import CartpoleEnv
-
-        return CartpoleEnv
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_exports(__name__, {"CartpoleEnv": ENV_CLASS})
 
 
 __all__ = ["CartpoleConfig", "CartpoleEnv", "CartpoleRewards"]

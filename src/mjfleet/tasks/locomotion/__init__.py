@@ -2,6 +2,7 @@
 
 from typing import TYPE_CHECKING
 
+from mjfleet.lazy import lazy_exports
 from mjfleet.tasks.locomotion.config import (
     CommandConfig,
     EventConfig,
@@ -51,13 +52,7 @@ register(
     )
 )
 
-
-def __getattr__(name: str):
-    if name == "LocomotionEnv":
-        from mjfleet.tasks.locomotion.env import LocomotionEnv
-
-        return LocomotionEnv
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_exports(__name__, {"LocomotionEnv": ENV_CLASS})
 
 
 __all__ = [

@@ -387,7 +387,7 @@ class LocomotionEnv(MujocoVecEnv):
             # In place: `rewards` is self.rewards. The per-term episode logs stay unclipped.
             rewards.clamp_(min=0.0)
         log = extras["log"]
-        finished = dones.sum().clamp(min=1)
+        finished = extras["episodes_finished"].clamp(min=1)
         log["Episode_Termination/fell"] = self.terminated.sum() / finished
         log["Metrics/lin_vel_error"] = self._lin_vel_error.mean()
         log["Metrics/ang_vel_error"] = self._ang_vel_error.mean()
