@@ -112,3 +112,14 @@ def test_episode_log_reports_reward_sums_of_finished_episodes():
         total += rewards
     logged = sum(v.item() for k, v in extras["log"].items() if k.startswith("Episode_Reward/"))
     assert logged == pytest.approx(total.mean().item(), rel=1e-5)
+
+
+def test_setting_episode_lengths_writes_into_the_buffer_the_step_updates(env):
+    """rsl_rl assigns `env.episode_length_buf` once before training; a recorded (CUDA-graph) step keeps
+    incrementing the original buffer, so the assignment must land in it."""
+    buffer = env.episode_length_buf
+    env.episode_length_buf = torch.full_like(buffer, 3)
+    assert env.episode_length_buf is buffer
+    env.step(torch.zeros(env.num_envs, env.num_actions))
+    assert (buffer[~env.extras["time_outs"]] >= 1).all()
+    assert (buffer == 4).any()

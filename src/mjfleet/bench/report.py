@@ -92,6 +92,8 @@ def _summarize_point(first: dict[str, Any], per_rank: list[dict[str, Any]], work
             entry["vs_physics"] = best / physics
         if phase == "env" and "env_physics_share" in first:
             entry["physics_share"] = statistics.fmean(p["env_physics_share"] for p in per_rank)
+        if phase == "env" and first.get("env_step_is_graph"):
+            entry["step_is_cuda_graph"] = True
         out[phase] = entry
     if first.get("iterations"):
         out["training"] = _summarize_training(per_rank, workers, first["steps_per_iteration"], physics)
@@ -232,6 +234,10 @@ def format_report(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _sim_share(env: dict[str, Any]) -> str:
+    return "1 graph" if env.get("step_is_cuda_graph") else _pct(env.get("physics_share"))
+
+
 def _pct(value: float | None) -> str:
     return "-" if value is None else f"{value:.0%}"
 
@@ -247,7 +253,7 @@ _COLUMNS: tuple[tuple[str, str, int, Any], ...] = (
     ("envs/worker", "", 11, lambda p: f"{p['num_envs']:,}"),
     ("physics bound", "env-steps/s", 13, lambda p: _rate(p.get("physics"))),
     ("env random", "/s (% bound)", 16, lambda p: _rate_pct(p.get("env"))),
-    ("sim share", "of env step", 11, lambda p: _pct(p.get("env", {}).get("physics_share"))),
+    ("sim share", "of env step", 11, lambda p: _sim_share(p.get("env", {}))),
     ("rollout", "/s (% bound)", 16, lambda p: _rate_pct(p.get("rollout"))),
     ("training", "/s (% bound)", 16, lambda p: _rate_pct(p.get("training"))),
     (

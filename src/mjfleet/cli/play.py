@@ -319,7 +319,7 @@ def _notice_differences(task: str, env_cfg: Any, state: dict[str, Any]) -> None:
         print(f"note: the checkpoint was trained on {infos['task']}; playing it on {task}")
     trained = infos.get("env_cfg") or {}
     now = _plain(dataclasses.asdict(env_cfg))
-    ignore = {"num_envs", "capture_graphs"}
+    ignore = {"num_envs", "capture_graphs", "capture_step"}
     differ = [k for k in now if k in trained and k not in ignore and trained[k] != now[k]]
     if differ:
         pairs = ", ".join(f"{k}={now[k]!r} (trained: {trained[k]!r})" for k in differ[:4])

@@ -17,6 +17,7 @@ from rsl_rl.env import VecEnv
 from tensordict import TensorDict
 
 from mjfleet.envs.config import EnvConfig
+from mjfleet.envs.cuda_graph import CapturedFunction, try_capture
 from mjfleet.sim import Simulation
 
 NAN_RESETS_KEY = "Sim/nan_resets"
@@ -59,7 +60,7 @@ class MujocoVecEnv(VecEnv):
         self.max_episode_length = math.ceil(cfg.episode_length_s / self.step_dt)
 
         n, dev = self.num_envs, self.device
-        self.episode_length_buf = torch.zeros(n, dtype=torch.long, device=dev)
+        self._episode_length_buf = torch.zeros(n, dtype=torch.long, device=dev)
         self.actions = torch.zeros(n, self.num_actions, device=dev)
         self.last_actions = torch.zeros_like(self.actions)
         self.terminated = torch.zeros(n, dtype=torch.bool, device=dev)
@@ -76,6 +77,10 @@ class MujocoVecEnv(VecEnv):
         }
         self._episode_sums = {name: torch.zeros(n, device=dev) for name in self.reward_weights}
         self.extras: dict = {"log": {}}
+        self._capture_step = cfg.capture_step and self.sim.captured and self.device.type == "cuda"
+        self._step_graph: CapturedFunction | None = None
+        self._step_graph_pending = False
+        self._step_count = 0
         self.reset()
 
     # ------------------------------------------------------------- task hooks
@@ -116,11 +121,53 @@ class MujocoVecEnv(VecEnv):
     def on_reset(self, mask: torch.Tensor) -> None:  # noqa: B027 - optional hook
         """Reset task buffers of the environments in `mask`."""
 
+    def finish_step(self, log: dict[str, torch.Tensor], episodes_finished: torch.Tensor) -> None:  # noqa: B027
+        """Last hook of a step (after resets and observations): adjust `self.rewards` in place, add log entries.
+
+        `episodes_finished` is the number of episodes that ended in this step (a tensor, on device).
+        """
+
     # ---------------------------------------------------------- VecEnv API
     def get_observations(self) -> TensorDict:
         return self._obs
 
     def step(self, actions: torch.Tensor) -> tuple[TensorDict, torch.Tensor, torch.Tensor, dict]:
+        """Clip and apply `actions`, advance the physics, compute rewards and terminations, reset finished envs.
+
+        On CUDA (with `capture_graphs`) the first call runs op by op; the second records the whole step, physics
+        and torch code, into one CUDA graph (see mjfleet.envs.cuda_graph), and every call from then on replays
+        it. Observations, rewards and dones are returned as fresh tensors either way; `extras` holds the step's
+        own buffers, overwritten by the next step.
+        """
+        if self._step_graph_pending:
+            self._step_graph_pending = False
+            self._step_graph = try_capture(self._step, actions, f"{type(self).__name__}.step")
+        if self._step_graph is None:
+            obs, rewards, dones, extras = self._step(actions)
+            self._step_graph_pending = self._capture_step and self._step_count == 0
+            self._step_count += 1
+            return obs, rewards, dones, extras
+        obs, rewards, dones, extras = self._step_graph(actions)
+        self._obs = obs.clone()  # rsl_rl keeps the previous step's observations while the next step runs
+        return self._obs, rewards.clone(), dones.clone(), extras
+
+    @property
+    def episode_length_buf(self) -> torch.Tensor:
+        """Policy steps since each environment's last reset (rsl_rl randomises it once before training)."""
+        return self._episode_length_buf
+
+    @episode_length_buf.setter
+    def episode_length_buf(self, value: torch.Tensor) -> None:
+        # In place: a recorded CUDA-graph step keeps updating this very buffer.
+        self._episode_length_buf.copy_(value)
+
+    @property
+    def step_is_graph(self) -> bool:
+        """Whether `step()` replays one captured CUDA graph (physics and torch code together)."""
+        return self._step_graph is not None
+
+    def _step(self, actions: torch.Tensor) -> tuple[TensorDict, torch.Tensor, torch.Tensor, dict]:
+        """The step itself, op by op (what the CUDA graph records). No host synchronisation may happen here."""
         clip = self.cfg.clip_actions
         torch.clamp(actions, -clip, clip, out=self.actions)
         self.apply_actions(self.actions)
@@ -142,7 +189,9 @@ class MujocoVecEnv(VecEnv):
             self.sim.forward()
         self.last_actions.copy_(self.actions)
         self._obs = self._observation_dict()
-        self.extras = {"time_outs": self.time_outs, "log": log, "episodes_finished": dones.sum()}
+        finished = dones.sum()
+        self.finish_step(log, finished)
+        self.extras = {"time_outs": self.time_outs, "log": log, "episodes_finished": finished}
         return self._obs, self.rewards, dones, self.extras
 
     def reset(self) -> tuple[TensorDict, dict]:

@@ -20,4 +20,7 @@ class EnvConfig:
     action_scale: float = 1.0
     """Clipped actions are multiplied by this before they are written to the actuators."""
     capture_graphs: bool = True
-    """Replay captured warp graphs for step/forward/reset (much faster; results are identical)."""
+    """Replay captured warp graphs for the physics' step/forward/reset (much faster; results are identical)."""
+    capture_step: bool = True
+    """On CUDA (with capture_graphs): record the whole environment step, physics and torch code, into one CUDA
+    graph at the second step and replay it from then on (one launch per step; results agree to float32)."""

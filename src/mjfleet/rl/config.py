@@ -87,7 +87,7 @@ class AgentConfig:
                 "activation": self.actor.activation,
                 "obs_normalization": self.actor.obs_normalization,
                 "distribution_cfg": {
-                    "class_name": "GaussianDistribution",
+                    "class_name": "mjfleet.rl.distribution:GaussianDistribution",
                     "init_std": self.actor.init_noise_std,
                     "std_type": self.actor.noise_std_type,
                 },

@@ -23,6 +23,8 @@ class Simulation:
     into `sim.ctrl` (in place) is what the next `step()` uses. `step()`, `forward()` and `reset(mask)` replay
     graphs captured once at construction: on CUDA a CUDA graph, on CPU warp's recorded launch stream, which
     removes most of the per-kernel Python overhead. Where capture is unavailable they fall back to plain launches.
+    Called while a larger CUDA graph is being captured (see mjfleet.envs.cuda_graph) they launch their kernels
+    into that capture.
     """
 
     def __init__(
@@ -151,7 +153,9 @@ class Simulation:
     def _launch(self, name: str) -> None:
         graph = self._graphs.get(name)
         with wp.ScopedDevice(self.wp_device):
-            if graph is not None:
+            # Inside a capture of a larger graph (a CUDA-graph env step) the kernels are launched, and so recorded,
+            # directly: that capture holds them.
+            if graph is not None and not self.wp_device.is_capturing:
                 wp.capture_launch(graph)
             else:
                 self._operations[name]()

@@ -381,21 +381,16 @@ class LocomotionEnv(MujocoVecEnv):
         self._last_foot_contact.masked_fill_(m, False)
 
     # ------------------------------------------------------------------- step
-    def step(self, actions: torch.Tensor):
-        obs, rewards, dones, extras = super().step(actions)
+    def finish_step(self, log: dict[str, torch.Tensor], episodes_finished: torch.Tensor) -> None:
         if self.cfg.only_positive_rewards:
-            # In place: `rewards` is self.rewards. The per-term episode logs stay unclipped.
-            rewards.clamp_(min=0.0)
-        log = extras["log"]
-        finished = extras["episodes_finished"].clamp(min=1)
-        log["Episode_Termination/fell"] = self.terminated.sum() / finished
+            self.rewards.clamp_(min=0.0)  # the per-term episode logs stay unclipped
+        log["Episode_Termination/fell"] = self.terminated.sum() / episodes_finished.clamp(min=1)
         log["Metrics/lin_vel_error"] = self._lin_vel_error.mean()
         log["Metrics/ang_vel_error"] = self._ang_vel_error.mean()
         log["Metrics/sim_overflow"] = ((self._overflow & _OVERFLOW_BITS) != 0).float().mean()
         log["Metrics/sim_linesearch_limit"] = ((self._overflow & _LS_ITERATIONS_BIT) != 0).float().mean()
         if self.curriculum:
             log["Metrics/terrain_level"] = self.terrain_levels.float().mean()
-        return obs, rewards, dones, extras
 
     # ---------------------------------------------------------------- rewards
     def _reward_track_lin_vel_xy(self) -> torch.Tensor:

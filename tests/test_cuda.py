@@ -1,0 +1,107 @@
+"""The CUDA path, on a real GPU: these run on a machine with one (a lent GPU machine) and skip elsewhere.
+
+CI has no GPU; run them there with `python -m pytest tests/test_cuda.py` (see docs/benchmarks.md).
+"""
+
+import contextlib
+import io
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from mjfleet.tasks import get_task
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+DEVICE = "cuda:0"
+TASKS = ["Cartpole-Balance", "Quadruped-Velocity-Flat"]
+
+
+def make_env(task: str, num_envs: int, capture: bool = True, seed: int = 0):
+    spec = get_task(task)
+    cfg = spec.env_config()
+    cfg.num_envs = num_envs
+    cfg.capture_graphs = capture
+    torch.manual_seed(seed)
+    return spec.make_env(cfg, DEVICE)
+
+
+def make_runner(task: str, env):
+    from mjfleet.rl import FleetRunner
+
+    agent = get_task(task).agent_config()
+    agent.logger = "none"
+    with contextlib.redirect_stdout(io.StringIO()):
+        return FleetRunner(env, agent, None, DEVICE, log_format="compact")
+
+
+@pytest.mark.parametrize("task", TASKS)
+def test_graph_replayed_env_steps_agree_with_op_by_op_steps_on_cuda(task):
+    """Whole-step CUDA graph (physics + torch, random draws included) == the same steps launched op by op."""
+    envs = [make_env(task, 64, capture=c) for c in (True, False)]
+    for env in envs:
+        env.max_episode_length = 7  # time-outs: masked resets happen inside the recorded steps
+    assert envs[0].sim.captured and not envs[1].sim.captured
+    assert envs[0].sim.qpos.is_cuda
+    g = torch.Generator(device=DEVICE).manual_seed(1)
+    actions = [torch.rand(64, envs[0].num_actions, device=DEVICE, generator=g) * 2 - 1 for _ in range(20)]
+    outs = []
+    for env in envs:
+        torch.manual_seed(2)  # same draws for the resets inside the steps
+        for a in actions:
+            obs, rewards, dones, _ = env.step(a)
+        outs.append(
+            (obs["actor"].clone(), rewards.clone(), env.sim.qpos.clone(), env.episode_length_buf.clone())
+        )
+    assert envs[0].step_is_graph and not envs[1].step_is_graph  # from the second step on: one CUDA graph
+    for captured, plain in zip(outs[0], outs[1], strict=True):
+        # GPU kernels may sum contact forces in a different order between launches: agree to float32 rounding.
+        torch.testing.assert_close(captured, plain, rtol=1e-4, atol=1e-4)
+    assert outs[0][2].abs().sum() > 0
+
+
+@pytest.mark.parametrize("task", TASKS)
+def test_collection_loop_never_synchronises_with_the_host(task):
+    """Policy inference + env step + storage: no torch call in the loop waits for the GPU."""
+    env = make_env(task, 256)
+    runner = make_runner(task, env)
+    alg = runner.alg
+    alg.train_mode()
+    obs = env.get_observations()
+    with torch.inference_mode():
+        for _ in range(3):  # warm up (lazy allocations, first-call paths)
+            actions = alg.act(obs)
+            obs, rewards, dones, extras = env.step(actions)
+            alg.process_env_step(obs, rewards, dones, extras)
+        torch.cuda.synchronize()
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            for _ in range(10):
+                actions = alg.act(obs)
+                obs, rewards, dones, extras = env.step(actions)
+                alg.process_env_step(obs, rewards, dones, extras)
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+    assert env.step_is_graph
+    assert torch.isfinite(alg.storage.rewards[: alg.storage.step]).all()
+
+
+def test_train_on_gpu_0_end_to_end(tmp_path):
+    """`train` with no device flag picks GPU 0 and writes a complete run directory."""
+    result = subprocess.run(
+        [sys.executable, "-m", "mjfleet.cli.train", "Cartpole-Balance", "--num-envs", "1024",
+         "--max-iterations", "3", "--logs-root", str(tmp_path)],
+        capture_output=True, text=True, timeout=900, env=os.environ.copy(),
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    (run_dir,) = pathlib.Path(tmp_path).glob("*/*")
+    assert (run_dir / "model_3.pt").exists()
+    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    assert len(lines) == 3
+    assert "cuda" in (run_dir / "params" / "run.yaml").read_text()
+    assert json.loads(lines[-1])
