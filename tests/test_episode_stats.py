@@ -2,6 +2,7 @@
 
 import math
 
+import pytest
 import torch
 
 from mjfleet.rl.episode_stats import EpisodeStats
@@ -58,3 +59,37 @@ def test_log_conventions_episode_means_metrics_averages_and_counts_totals():
     assert out["Episode_Reward/a"] == (3.0 * 2 + 6.0 * 1) / 3
     assert out["Metrics/level"] == 2.0
     assert out["Sim/nan_resets"] == 3.0
+
+
+def test_a_packed_log_gives_the_same_statistics_as_the_dict_of_scalars():
+    """MujocoVecEnv also hands its log over as one vector; accumulating that must change nothing."""
+    steps = [
+        ([1.0, 2.0, 0.5], [False, True, False], {"Episode_Reward/a": 3.0, "Metrics/m": 1.0, "Sim/n": 0.0}),
+        ([1.0, 2.0, 0.5], [True, False, True], {"Episode_Reward/a": 5.0, "Metrics/m": 2.0, "Sim/n": 1.0}),
+        ([4.0, 1.0, 0.5], [True, True, False], {"Episode_Reward/a": 7.0, "Metrics/m": 4.0, "Sim/n": 2.0}),
+    ]
+    plain, packed = EpisodeStats(num_envs=3, device="cpu"), EpisodeStats(num_envs=3, device="cpu")
+    for rewards, dones, log in steps:
+        dones_t, rewards_t = torch.tensor(dones), torch.tensor(rewards)
+        tensors = {k: torch.tensor(v) for k, v in log.items()}
+        plain.update(rewards_t, dones_t, {"log": tensors, "episodes_finished": dones_t.sum()})
+        vector = torch.stack(list(tensors.values()))
+        extras = {
+            "log": dict(zip(tensors, vector.unbind(), strict=True)),
+            "log_packed": vector,
+            "episodes_finished": dones_t.sum(),
+        }
+        packed.update(rewards_t, dones_t, extras)
+    ours, theirs = packed.collect(), plain.collect()
+    assert ours.keys() == theirs.keys()
+    for key in theirs:
+        assert ours[key] == pytest.approx(theirs[key]), key
+    assert theirs["Episode_Reward/a"] == (3.0 * 1 + 5.0 * 2 + 7.0 * 2) / 5
+    # The accumulators restart after collect(): a second iteration counts only its own steps.
+    dones_t = torch.tensor([True, True, True])
+    vector = torch.tensor([1.0, 8.0, 0.0])
+    keys = ("Episode_Reward/a", "Metrics/m", "Sim/n")
+    extras = {"log": dict(zip(keys, vector.unbind(), strict=True)), "log_packed": vector}
+    packed.update(torch.ones(3), dones_t, {**extras, "episodes_finished": dones_t.sum()})
+    second = packed.collect()
+    assert second["episodes"] == 3 and second["Episode_Reward/a"] == 1.0 and second["Metrics/m"] == 8.0

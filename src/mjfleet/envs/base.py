@@ -75,7 +75,11 @@ class MujocoVecEnv(VecEnv):
             for f in dataclasses.fields(weights)
             if getattr(weights, f.name) != 0.0
         }
-        self._episode_sums = {name: torch.zeros(n, device=dev) for name in self.reward_weights}
+        # Reward terms are evaluated separately but weighted, summed and accumulated as one (terms, envs) tensor.
+        self._reward_names = list(self.reward_weights)
+        self._reward_terms = [getattr(self, f"_reward_{name}") for name in self._reward_names]
+        self._reward_weight_column = torch.tensor(list(self.reward_weights.values()), device=dev).unsqueeze(1)
+        self._episode_sums = torch.zeros(len(self._reward_names), n, device=dev)
         self.extras: dict = {"log": {}}
         self._capture_step = cfg.capture_step and self.sim.captured and self.device.type == "cuda"
         self._step_graph: CapturedFunction | None = None
@@ -191,7 +195,16 @@ class MujocoVecEnv(VecEnv):
         self._obs = self._observation_dict()
         finished = dones.sum()
         self.finish_step(log, finished)
-        self.extras = {"time_outs": self.time_outs, "log": log, "episodes_finished": finished}
+        # One float32 vector of every log value (the dict's values are views of it): EpisodeStats accumulates
+        # it with one operation instead of one per key.
+        packed = torch.stack([value.float() for value in log.values()])
+        log = dict(zip(log, packed.unbind(), strict=True))
+        self.extras = {
+            "time_outs": self.time_outs,
+            "log": log,
+            "log_packed": packed,
+            "episodes_finished": finished,
+        }
         return self._obs, self.rewards, dones, self.extras
 
     def reset(self) -> tuple[TensorDict, dict]:
@@ -203,19 +216,19 @@ class MujocoVecEnv(VecEnv):
 
     # ------------------------------------------------------------- internals
     def _compute_rewards(self) -> torch.Tensor:
-        total = torch.zeros_like(self.rewards)
-        for name, weight in self.reward_weights.items():
-            term = getattr(self, f"_reward_{name}")() * weight
-            self._episode_sums[name] += term
-            total += term
-        return total
+        if not self._reward_terms:
+            return torch.zeros_like(self.rewards)
+        terms = torch.stack([term() for term in self._reward_terms]) * self._reward_weight_column
+        self._episode_sums += terms
+        return terms.sum(dim=0)
 
     def _episode_log(self, dones: torch.Tensor) -> dict[str, torch.Tensor]:
         """Means over the episodes that end in this step (zero when none does), reduced on device."""
         finished = dones.float()
         count = finished.sum().clamp(min=1.0)
+        means = torch.mv(self._episode_sums, finished) / count
         log = {
-            f"Episode_Reward/{name}": (s * finished).sum() / count for name, s in self._episode_sums.items()
+            f"Episode_Reward/{name}": m for name, m in zip(self._reward_names, means.unbind(), strict=True)
         }
         log["Episode_Termination/time_out"] = self.time_outs.float().sum() / count
         return log
@@ -225,8 +238,7 @@ class MujocoVecEnv(VecEnv):
         self.randomize_reset_state(mask)
         self.episode_length_buf.masked_fill_(mask, 0)
         self.last_actions.masked_fill_(mask.unsqueeze(1), 0.0)
-        for s in self._episode_sums.values():
-            s.masked_fill_(mask, 0.0)
+        self._episode_sums.masked_fill_(mask, 0.0)
         self.on_reset(mask)
 
     def _observation_dict(self) -> TensorDict:

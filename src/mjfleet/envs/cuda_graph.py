@@ -36,7 +36,11 @@ class CapturedFunction:
         self.graph = torch.cuda.CUDAGraph()
         stream = torch.cuda.Stream(device=device)
         wp_device = wp.get_device(str(device))
-        with wp.ScopedDevice(wp_device), wp.ScopedStream(wp.stream_from_torch(stream)):
+        with (
+            torch.cuda.device(device),
+            wp.ScopedDevice(wp_device),
+            wp.ScopedStream(wp.stream_from_torch(stream)),
+        ):
             with torch.cuda.graph(self.graph, stream=stream):
                 wp.capture_begin(device=wp_device, force_module_load=False, external=True)
                 try:

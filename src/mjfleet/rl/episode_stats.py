@@ -14,20 +14,32 @@ class EpisodeStats:
     anything else is a count (reported as the iteration's total over workers).
 
     `update` is called every environment step and never synchronises with the host; `collect` reduces
-    everything across workers (one all_reduce) and reads it back in a single transfer.
+    everything across workers (one all_reduce) and reads it back in a single transfer. When the environment
+    also hands over its log as one vector (`extras["log_packed"]`, in the order of `extras["log"]`, as
+    MujocoVecEnv does), a step costs a handful of tensor operations whatever the number of log keys.
     """
 
     def __init__(self, num_envs: int, device: torch.device | str) -> None:
         self.device = torch.device(device)
-        self.current_return = torch.zeros(num_envs, device=self.device)
-        self.current_length = torch.zeros(num_envs, device=self.device)
+        # Rows: 1 (counts finished episodes), running return, running length; one matrix-vector product with
+        # the finished mask sums all three over the episodes that end.
+        self._running = torch.zeros(3, num_envs, device=self.device)
+        self._running[0] = 1.0
+        self.current_return = self._running[1]
+        self.current_length = self._running[2]
+        self._ended_sums = torch.zeros(3, device=self.device)  # episodes, return, length
         self._sums: dict[str, torch.Tensor] = {}
+        self._packed_keys: tuple[str, ...] = ()
+        self._packed_sums = torch.zeros(0, device=self.device)
+        self._packed_is_episode = torch.zeros(0, dtype=torch.bool, device=self.device)
         self._last: dict[str, float] = {}
         self._clear()
 
     def _clear(self) -> None:
-        zero = torch.zeros((), device=self.device)
-        self._sums = {"episodes": zero.clone(), "return": zero.clone(), "length": zero.clone()}
+        self._ended_sums.zero_()
+        # New tensors rather than zero_(): these may have been created under torch.inference_mode.
+        self._packed_sums = torch.zeros_like(self._packed_sums)
+        self._sums = {}
         self._steps = 0
 
     def _add(self, key: str, value: torch.Tensor) -> None:
@@ -43,19 +55,33 @@ class EpisodeStats:
         self.current_return += rewards
         self.current_length += 1
         finished = dones.float()
-        self._sums["episodes"] += finished.sum()
-        self._sums["return"] += (self.current_return * finished).sum()
-        self._sums["length"] += (self.current_length * finished).sum()
-        self.current_return *= 1.0 - finished
-        self.current_length *= 1.0 - finished
+        self._ended_sums += torch.mv(self._running, finished)
+        self._running[1:] *= 1.0 - finished
         # Episode_* entries are means over the episodes that ended this step: weight them by that count.
         count = extras.get("episodes_finished")
-        for key, value in extras.get("log", {}).items():
+        log = extras.get("log", {})
+        packed = extras.get("log_packed")
+        if packed is not None and count is not None:
+            self._add_packed(tuple(log), packed, count)
+            return
+        for key, value in log.items():
             value = torch.as_tensor(value, device=self.device, dtype=torch.float32)
             if key.startswith("Episode") and count is not None:
                 self._add(key, value * count)
             else:
                 self._add(key, value)
+
+    def _add_packed(self, keys: tuple[str, ...], packed: torch.Tensor, count: torch.Tensor) -> None:
+        if keys != self._packed_keys:  # first step, or the environment's log changed: keep what was summed
+            for key, total in zip(self._packed_keys, self._packed_sums.unbind(), strict=True):
+                self._add(key, total)
+            self._packed_keys = keys
+            self._packed_sums = torch.zeros(len(keys), device=self.device)
+            self._packed_is_episode = torch.tensor(
+                [k.startswith("Episode") for k in keys], device=self.device
+            )
+        weights = torch.where(self._packed_is_episode, count.to(torch.float32), 1.0)
+        self._packed_sums.addcmul_(packed.detach().to(self.device, torch.float32), weights)
 
     def collect(self) -> dict[str, float]:
         """Global (all-worker) statistics of this iteration; resets the accumulators.
@@ -63,13 +89,20 @@ class EpisodeStats:
         Keys: `episodes`, `mean_return`, `mean_episode_length`, each `Episode_*` key as a mean over finished
         episodes, and other log keys as totals. When no episode ended, means repeat the last known value.
         """
-        keys = list(self._sums)
-        packed = torch.stack([self._sums[k] for k in keys])
+        keys = ["episodes", "return", "length", *self._packed_keys, *self._sums]
+        parts = [self._ended_sums, self._packed_sums]
+        if self._sums:
+            parts.append(torch.stack(list(self._sums.values())))
+        packed = torch.cat(parts)
         workers = 1
         if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
             dist.all_reduce(packed, op=dist.ReduceOp.SUM)
             workers = dist.get_world_size()
-        values = dict(zip(keys, packed.tolist(), strict=True))
+        values: dict[str, float] = {}
+        for key, value in zip(
+            keys, packed.tolist(), strict=True
+        ):  # a key can sit in both parts after a change
+            values[key] = values.get(key, 0.0) + value
         episodes = values.pop("episodes")
         out: dict[str, float] = {"episodes": episodes}
         means = {"mean_return": values.pop("return"), "mean_episode_length": values.pop("length")}
