@@ -138,7 +138,7 @@ class MujocoVecEnv(VecEnv):
     def step(self, actions: torch.Tensor) -> tuple[TensorDict, torch.Tensor, torch.Tensor, dict]:
         """Clip and apply `actions`, advance the physics, compute rewards and terminations, reset finished envs.
 
-        On CUDA (with `capture_graphs`) the first call runs op by op; the second records the whole step, physics
+        On CUDA (with `capture_step`) the first call runs op by op; the second records the whole step, physics
         and torch code, into one CUDA graph (see mjfleet.envs.cuda_graph), and every call from then on replays
         it. Observations, rewards and dones are returned as fresh tensors either way; `extras` holds the step's
         own buffers, overwritten by the next step.
