@@ -168,7 +168,7 @@ def _measure_point(job: BenchJob, ctx, env, runner, device: torch.device) -> dic
     if "env" in job.phases:
         point["env_s"], point["env_cpu_s"] = _timed_blocks(env_step, job, dev, ctx.world_size)
         if env.step_is_graph:  # one CUDA graph: the physics inside it cannot be timed apart
-            point["env_step_is_graph"] = True
+            point["step_is_cuda_graph"] = True
         else:
             point["env_physics_share"] = _physics_share_of_env_step(env, env_step, job, dev, ctx.world_size)
     if "rollout" in job.phases:

@@ -92,7 +92,7 @@ def _summarize_point(first: dict[str, Any], per_rank: list[dict[str, Any]], work
             entry["vs_physics"] = best / physics
         if phase == "env" and "env_physics_share" in first:
             entry["physics_share"] = statistics.fmean(p["env_physics_share"] for p in per_rank)
-        if phase == "env" and first.get("env_step_is_graph"):
+        if phase == "env" and first.get("step_is_cuda_graph"):
             entry["step_is_cuda_graph"] = True
         out[phase] = entry
     if first.get("iterations"):

@@ -81,10 +81,10 @@ class MujocoVecEnv(VecEnv):
         self._reward_weight_column = torch.tensor(list(self.reward_weights.values()), device=dev).unsqueeze(1)
         self._episode_sums = torch.zeros(len(self._reward_names), n, device=dev)
         self.extras: dict = {"log": {}}
-        self._capture_step = cfg.capture_step and self.sim.captured and self.device.type == "cuda"
-        self._step_graph: CapturedFunction | None = None
+        # Recorded at the second step: the first, op by op, doubles as torch's warm-up.
+        self._capture_after_this_step = cfg.capture_step and self.sim.captured and self.device.type == "cuda"
         self._step_graph_pending = False
-        self._step_count = 0
+        self._step_graph: CapturedFunction | None = None
         self.reset()
 
     # ------------------------------------------------------------- task hooks
@@ -147,10 +147,9 @@ class MujocoVecEnv(VecEnv):
             self._step_graph_pending = False
             self._step_graph = try_capture(self._step, actions, f"{type(self).__name__}.step")
         if self._step_graph is None:
-            obs, rewards, dones, extras = self._step(actions)
-            self._step_graph_pending = self._capture_step and self._step_count == 0
-            self._step_count += 1
-            return obs, rewards, dones, extras
+            result = self._step(actions)
+            self._step_graph_pending, self._capture_after_this_step = self._capture_after_this_step, False
+            return result
         obs, rewards, dones, extras = self._step_graph(actions)
         self._obs = obs.clone()  # rsl_rl keeps the previous step's observations while the next step runs
         return self._obs, rewards.clone(), dones.clone(), extras

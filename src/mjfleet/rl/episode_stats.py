@@ -99,9 +99,8 @@ class EpisodeStats:
             dist.all_reduce(packed, op=dist.ReduceOp.SUM)
             workers = dist.get_world_size()
         values: dict[str, float] = {}
-        for key, value in zip(
-            keys, packed.tolist(), strict=True
-        ):  # a key can sit in both parts after a change
+        # A key can sit in two parts when the environment's log changed during the iteration: add them up.
+        for key, value in zip(keys, packed.tolist(), strict=True):
             values[key] = values.get(key, 0.0) + value
         episodes = values.pop("episodes")
         out: dict[str, float] = {"episodes": episodes}
