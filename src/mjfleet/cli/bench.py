@@ -21,8 +21,8 @@ from mjfleet.launch.launcher import run_workers
 PROG = "bench"
 USAGE = """usage: bench <Task> [flags]
 
-Measure a task's throughput: the physics bound (captured MuJoCo-Warp steps alone), env steps with random
-actions, rollouts with policy inference, and full PPO iterations, side by side in env-steps/s.
+Measure a task's throughput: the physics bound (captured MuJoCo-Warp steps alone, on the states the env visits),
+env steps with random actions, rollouts with policy inference, and full PPO iterations, side by side in env-steps/s.
   bench Cartpole-Balance                                  the task's default env count, GPU 0 else CPU
   bench Cartpole-Balance --gpu-ids None --num-envs 64 256 1024    a sweep on CPU
   bench Cartpole-Balance --num-envs auto                  where throughput stops growing (cached)
