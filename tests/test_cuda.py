@@ -91,6 +91,54 @@ def test_collection_loop_never_synchronises_with_the_host(task):
     assert torch.isfinite(alg.storage.rewards[: alg.storage.step]).all()
 
 
+@pytest.mark.parametrize("task", TASKS)
+def test_graph_replayed_ppo_update_agrees_with_the_op_by_op_update(task):
+    """The recorded minibatch (forward + backward as one CUDA graph) gives the op-by-op update's parameters."""
+    import copy
+
+    env = make_env(task, 256)
+    runner = make_runner(task, env)
+    alg = runner.alg
+    alg.train_mode()
+    obs = env.get_observations()
+    with torch.inference_mode():
+        for _ in range(runner.cfg["num_steps_per_env"]):
+            actions = alg.act(obs)
+            obs, rewards, dones, extras = env.step(actions)
+            alg.process_env_step(obs, rewards, dones, extras)
+        alg.compute_returns(obs)
+    models = (alg.actor, alg.critic)
+
+    def flat(tensors) -> torch.Tensor:
+        return torch.cat([t.detach().flatten().float().cpu() for t in tensors] or [torch.zeros(0)])
+
+    start = [copy.deepcopy(m.state_dict()) for m in models]
+    start_params = flat(p for m in models for p in m.parameters())
+    optimizer_start = copy.deepcopy(alg.optimizer.state_dict())
+    lr, rng = alg.learning_rate, torch.cuda.get_rng_state()
+    results = []
+    for capture in (False, True, True):  # op by op; recorded at the first update; replayed
+        for m, state in zip(models, start, strict=True):
+            m.load_state_dict(state)
+        alg.optimizer.load_state_dict(copy.deepcopy(optimizer_start))
+        alg.learning_rate = lr
+        torch.cuda.set_rng_state(rng)  # the same minibatch permutation
+        alg.capture_update = capture
+        losses = alg.update()
+        params = flat(p for m in models for p in m.parameters())
+        buffers = flat(b for m in models for b in m.buffers())  # observation normalisers
+        results.append((params, buffers, losses, alg.learning_rate))
+    assert alg._graphed is not None and not alg._capture_failed
+    params, buffers, losses, learning_rate = results[0]
+    assert (params - start_params).abs().max() > 1e-4  # the update changed the policy
+    for other in results[1:]:
+        torch.testing.assert_close(other[0], params, rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(other[1], buffers)
+        assert other[3] == pytest.approx(learning_rate)
+        for key in ("value", "surrogate", "entropy"):
+            assert other[2][key] == pytest.approx(losses[key], rel=1e-3, abs=1e-5)
+
+
 def test_train_on_gpu_0_end_to_end(tmp_path):
     """`train` with no device flag picks GPU 0 and writes a complete run directory."""
     result = subprocess.run(

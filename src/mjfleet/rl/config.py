@@ -42,6 +42,9 @@ class PPOConfig:
     entropy_coef: float = 0.005
     max_grad_norm: float = 1.0
     use_clipped_value_loss: bool = True
+    capture_update: bool = True
+    """On CUDA: record one minibatch's forward and backward pass as a CUDA graph and replay it for every
+    minibatch (same minibatches and optimizer; far fewer kernel launches)."""
 
 
 @dataclass

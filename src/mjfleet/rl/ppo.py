@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import logging
+
 import torch
 import torch.distributed as dist
 from rsl_rl.algorithms import PPO
 from torch import nn
+
+from mjfleet.rl.graphed_update import GraphedMinibatch
+
+log = logging.getLogger(__name__)
 
 
 class FleetPPO(PPO):
@@ -20,13 +26,18 @@ class FleetPPO(PPO):
     - every rank adapts the learning rate from that identical averaged KL, so no broadcast is needed and the
       ranks keep identical learning rates (the new rate is applied before the optimizer step, as in rsl_rl);
     - losses are summed on device and read once, after the last minibatch;
-    - Adam uses torch's fused kernel (one kernel per step for all parameters instead of one per tensor).
+    - Adam uses torch's fused kernel (one kernel per step for all parameters instead of one per tensor);
+    - on CUDA each minibatch's forward and backward pass is one replayed CUDA graph (`capture_update`).
 
     Recurrent policies, RND and symmetry augmentation fall back to rsl_rl's own update.
     """
 
-    def __init__(self, *args, **kwargs) -> None:
+    def __init__(self, *args, capture_update: bool = True, **kwargs) -> None:
         super().__init__(*args, **kwargs)
+        self.capture_update = capture_update
+        """On CUDA: record a minibatch's forward and backward pass once and replay it (mjfleet.rl.graphed_update)."""
+        self._graphed: GraphedMinibatch | None = None
+        self._capture_failed = False
         if isinstance(self.optimizer, torch.optim.Adam):
             params = [p for group in self.optimizer.param_groups for p in group["params"]]
             try:
@@ -64,57 +75,108 @@ class FleetPPO(PPO):
         if self.rnd or self.symmetry or self.actor.is_recurrent or self.critic.is_recurrent:
             return super().update()
 
-        adaptive = self.desired_kl is not None and self.schedule == "adaptive"
-        loss_sums = torch.zeros(3, device=self.device)  # surrogate, value, entropy
-        num_updates = 0
-        for batch in self.storage.mini_batch_generator(self.num_mini_batches, self.num_learning_epochs):
-            # rsl_rl's Batch declares every field optional; the feed-forward generator fills all of these.
-            assert batch.advantages is not None and batch.actions is not None
-            assert batch.old_distribution_params is not None
-            if self.normalize_advantage_per_mini_batch:
-                with torch.no_grad():
-                    batch.advantages = (batch.advantages - batch.advantages.mean()) / (
-                        batch.advantages.std() + 1e-8
-                    )
-            with torch.amp.autocast(
-                device_type=torch.device(self.device).type,
-                enabled=self.use_mixed_precision,
-                dtype=torch.bfloat16,
-            ):
-                self.actor(batch.observations, stochastic_output=True)
-                log_prob = self.actor.get_output_log_prob(batch.actions)
-                values = self.critic(batch.observations)
-                entropy = self.actor.output_entropy.mean()
-                kl = None
-                if adaptive:
-                    with torch.no_grad():
-                        kl = self.actor.get_kl_divergence(
-                            batch.old_distribution_params, self.actor.output_distribution_params
-                        ).mean()
-                surrogate_loss = self._surrogate_loss(log_prob, batch)
-                value_loss = self._value_loss(values, batch)
-                loss = surrogate_loss + self.value_loss_coef * value_loss - self.entropy_coef * entropy
-
-            self.optimizer.zero_grad()
-            loss.backward()
-            if self.is_multi_gpu:
-                reduced = self.reduce_parameters(kl)
-                kl = reduced if reduced is not None else kl
-            if kl is not None:
-                self._adapt_learning_rate(float(kl))  # the update's one host read per minibatch
-            nn.utils.clip_grad_norm_(self.actor.parameters(), self.max_grad_norm)
-            nn.utils.clip_grad_norm_(self.critic.parameters(), self.max_grad_norm)
-            self.optimizer.step()
-
-            loss_sums += torch.stack((surrogate_loss.detach(), value_loss.detach(), entropy.detach())).float()
-            num_updates += 1
+        on_cuda = torch.device(self.device).type == "cuda"
+        if self.capture_update and on_cuda and not self._capture_failed:
+            loss_sums, num_updates = self._update_graphed()
+        else:
+            loss_sums, num_updates = self._update_op_by_op()
 
         obs = self.storage.observations.flatten(0, 1)
-        self.actor.update_normalization(obs)
-        self.critic.update_normalization(obs)
+        self._update_normalization(obs)
         self.storage.clear()
         surrogate, value, entropy_mean = (loss_sums / max(num_updates, 1)).tolist()
         return {"value": value, "surrogate": surrogate, "entropy": entropy_mean}
+
+    def _update_op_by_op(self) -> tuple[torch.Tensor, int]:
+        loss_sums = torch.zeros(3, device=self.device)  # surrogate, value, entropy
+        num_updates = 0
+        for batch in self.storage.mini_batch_generator(self.num_mini_batches, self.num_learning_epochs):
+            loss, terms, kl = self._minibatch_loss(batch)
+            self.optimizer.zero_grad()
+            loss.backward()
+            self._apply_gradients(kl)
+            loss_sums += terms
+            num_updates += 1
+        return loss_sums, num_updates
+
+    def _update_graphed(self) -> tuple[torch.Tensor, int]:
+        """rsl_rl's minibatches (its permutation call, drawn first), each replayed as one recorded CUDA graph."""
+        st = self.storage
+        mini_batch_size = st.num_envs * st.num_transitions_per_env // self.num_mini_batches
+        indices = torch.randperm(self.num_mini_batches * mini_batch_size, device=self.device)
+        if self._graphed is None:  # recorded at the first update, from its rollout
+            # The actor keeps its last distribution, and so the autograd graph of the last op-by-op minibatch (if
+            # one ran), whose gradient accumulators are bound to another stream than the capture's: a forward
+            # pass without gradients releases it.
+            with torch.no_grad():
+                self.actor(st.observations[0], stochastic_output=True)
+            try:
+                self._graphed = GraphedMinibatch(st, mini_batch_size, self._minibatch_loss, self.optimizer)
+            except Exception as exc:  # an optimisation: run op by op instead, loudly, once
+                torch.cuda.synchronize(self.device)
+                self._capture_failed = True
+                log.warning("the PPO minibatch could not be captured as a CUDA graph (%s); op by op", exc)
+                return self._update_op_by_op()
+        graphed = self._graphed
+        graphed.load(st)
+        graphed.loss_sums.zero_()
+        for _ in range(self.num_learning_epochs):
+            for i in range(self.num_mini_batches):
+                kl = graphed.run(indices[i * mini_batch_size : (i + 1) * mini_batch_size])
+                self._apply_gradients(kl)
+        return graphed.loss_sums.clone(), self.num_learning_epochs * self.num_mini_batches
+
+    def _minibatch_loss(self, batch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """Forward pass of one minibatch: (loss, [surrogate, value, entropy] detached, mean KL or None)."""
+        # rsl_rl's Batch declares every field optional; the feed-forward generator fills all of these.
+        assert batch.advantages is not None and batch.actions is not None
+        assert batch.old_distribution_params is not None
+        if self.normalize_advantage_per_mini_batch:
+            with torch.no_grad():
+                batch.advantages = (batch.advantages - batch.advantages.mean()) / (
+                    batch.advantages.std() + 1e-8
+                )
+        with torch.amp.autocast(
+            device_type=torch.device(self.device).type,
+            enabled=self.use_mixed_precision,
+            dtype=torch.bfloat16,
+        ):
+            self.actor(batch.observations, stochastic_output=True)
+            log_prob = self.actor.get_output_log_prob(batch.actions)
+            values = self.critic(batch.observations)
+            entropy = self.actor.output_entropy.mean()
+            kl = None
+            if self.desired_kl is not None and self.schedule == "adaptive":
+                with torch.no_grad():
+                    kl = self.actor.get_kl_divergence(
+                        batch.old_distribution_params, self.actor.output_distribution_params
+                    ).mean()
+            surrogate_loss = self._surrogate_loss(log_prob, batch)
+            value_loss = self._value_loss(values, batch)
+            loss = surrogate_loss + self.value_loss_coef * value_loss - self.entropy_coef * entropy
+        terms = torch.stack((surrogate_loss.detach(), value_loss.detach(), entropy.detach())).float()
+        return loss, terms, kl
+
+    def _apply_gradients(self, kl: torch.Tensor | None) -> None:
+        """Average gradients across workers, adapt the learning rate, clip, and step the optimizer."""
+        if self.is_multi_gpu:
+            reduced = self.reduce_parameters(kl)
+            kl = reduced if reduced is not None else kl
+        if kl is not None:
+            self._adapt_learning_rate(float(kl))  # the update's one host read per minibatch
+        nn.utils.clip_grad_norm_(self.actor.parameters(), self.max_grad_norm)
+        nn.utils.clip_grad_norm_(self.critic.parameters(), self.max_grad_norm)
+        self.optimizer.step()
+
+    def _update_normalization(self, obs) -> None:
+        for model in (self.actor, self.critic):
+            normalizer = getattr(model, "obs_normalizer", None)
+            std = getattr(normalizer, "_std", None)
+            model.update_normalization(obs)
+            # rsl_rl's normaliser assigns a new std tensor; a recorded minibatch reads the old one: keep it.
+            if isinstance(std, torch.Tensor) and normalizer._std is not std:
+                std.copy_(normalizer._std)
+                normalizer._std = std
 
     def _surrogate_loss(self, log_prob: torch.Tensor, batch) -> torch.Tensor:
         ratio = torch.exp(log_prob - torch.squeeze(batch.old_actions_log_prob))

@@ -1,0 +1,109 @@
+"""One PPO minibatch's forward and backward pass, recorded once as a CUDA graph and replayed for every minibatch.
+
+On a GPU the PPO update is a few hundred small kernels per minibatch (two MLPs forward and backward, the
+distribution, the losses), each launched from Python: the GPU waits for the CPU. Recorded into one CUDA graph a
+minibatch is one launch plus the optimizer step.
+
+What the graph holds and what it does not:
+
+- It reads the rollout from static buffers that `load()` fills once per update (rsl_rl's storage assigns new
+  tensors for the advantages after every rollout, so the graph cannot read the storage itself), and the
+  minibatch's indices from a static index buffer that `run()` fills before each replay. The permutation is drawn
+  outside the graph with rsl_rl's own call, so the minibatches are exactly rsl_rl's.
+- It back-propagates into the parameters' `.grad` tensors, which are allocated during capture and overwritten by
+  every replay (so nothing may set them to None afterwards), and adds the loss terms to `loss_sums`.
+- The gradient all-reduce, the adaptive learning rate (one host read of the KL, as in the op-by-op update),
+  gradient clipping and the optimizer step run outside, op by op: the optimizer, its state and the learning rate
+  stay exactly rsl_rl's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from rsl_rl.storage import RolloutStorage
+
+WARMUP_REPLAYS = 3
+"""Op-by-op runs on a side stream before capture (PyTorch's recipe: lazy initialisation happens outside it)."""
+
+
+class GraphedMinibatch:
+    """`loss_fn(batch) -> (loss, terms, kl)` plus its backward pass, as one CUDA graph over a static rollout copy."""
+
+    def __init__(
+        self,
+        storage: RolloutStorage,
+        mini_batch_size: int,
+        loss_fn: Callable[[RolloutStorage.Batch], tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]],
+        optimizer: torch.optim.Optimizer,
+    ) -> None:
+        device = storage.actions.device
+        self.observations = storage.observations.flatten(0, 1).clone()
+        self.fields = {name: t.clone() for name, t in _flat_fields(storage).items()}
+        self.index = torch.arange(mini_batch_size, device=device)
+        self.loss_sums = torch.zeros(3, device=device)
+        num_params = len(storage.distribution_params)  # type: ignore[arg-type]
+
+        def body() -> torch.Tensor | None:
+            f, i = self.fields, self.index
+            batch = RolloutStorage.Batch(
+                observations=self.observations[i],  # type: ignore[arg-type]
+                actions=f["actions"][i],
+                values=f["values"][i],
+                advantages=f["advantages"][i],
+                returns=f["returns"][i],
+                old_actions_log_prob=f["actions_log_prob"][i],
+                old_distribution_params=tuple(f[f"distribution_{k}"][i] for k in range(num_params)),
+            )
+            loss, terms, kl = loss_fn(batch)
+            loss.backward()
+            self.loss_sums += terms
+            return kl
+
+        side = torch.cuda.Stream(device=device)
+        side.wait_stream(torch.cuda.current_stream(device))
+        with torch.cuda.stream(side):
+            for _ in range(WARMUP_REPLAYS):
+                optimizer.zero_grad(set_to_none=True)
+                body()
+        torch.cuda.current_stream(device).wait_stream(side)
+        optimizer.zero_grad(set_to_none=True)  # the graph allocates the .grad tensors it then always writes
+        self.graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(
+            self.graph, stream=side
+        ):  # the warm-up's stream: autograd's accumulators run there
+            self.kl = body()
+        self.loss_sums.zero_()
+        self.parameters = [p for group in optimizer.param_groups for p in group["params"]]
+        self.grads = [p.grad for p in self.parameters]
+
+    def load(self, storage: RolloutStorage) -> None:
+        """Copy this update's rollout into the graph's input buffers (and give the parameters the graph's grads)."""
+        for p, g in zip(self.parameters, self.grads, strict=True):
+            p.grad = (
+                g  # an op-by-op update in between (zero_grad sets them to None) must not detach the graph
+            )
+        self.observations.copy_(storage.observations.flatten(0, 1))
+        for name, t in _flat_fields(storage).items():
+            self.fields[name].copy_(t)
+
+    def run(self, indices: torch.Tensor) -> torch.Tensor | None:
+        """Forward and backward of the minibatch `indices`; returns the graph's mean-KL tensor (None without one)."""
+        self.index.copy_(indices)
+        self.graph.replay()
+        return self.kl
+
+
+def _flat_fields(storage: RolloutStorage) -> dict[str, torch.Tensor]:
+    """The rollout's per-transition tensors, (steps x envs) flattened to one batch dimension, as rsl_rl's sampler."""
+    fields = {
+        "actions": storage.actions,
+        "values": storage.values,
+        "returns": storage.returns,
+        "actions_log_prob": storage.actions_log_prob,
+        "advantages": storage.advantages,
+    }
+    for k, p in enumerate(storage.distribution_params):  # type: ignore[arg-type]
+        fields[f"distribution_{k}"] = p
+    return {name: t.flatten(0, 1) for name, t in fields.items()}
