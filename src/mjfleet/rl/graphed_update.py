@@ -10,8 +10,8 @@ What the graph holds and what it does not:
   tensors for the advantages after every rollout, so the graph cannot read the storage itself), and the
   minibatch's indices from a static index buffer that `run()` fills before each replay. The permutation is drawn
   outside the graph with rsl_rl's own call, so the minibatches are exactly rsl_rl's.
-- It back-propagates into the parameters' `.grad` tensors, which are allocated during capture and overwritten by
-  every replay (so nothing may set them to None afterwards), and adds the loss terms to `loss_sums`.
+- It zeroes the gradients (FleetPPO keeps them as views of one flat buffer), back-propagates into them and adds
+  the loss terms to `loss_sums`.
 - The gradient all-reduce, the adaptive learning rate (one host read of the KL, as in the op-by-op update),
   gradient clipping and the optimizer step run outside, op by op: the optimizer, its state and the learning rate
   stay exactly rsl_rl's.
@@ -36,7 +36,7 @@ class GraphedMinibatch:
         storage: RolloutStorage,
         mini_batch_size: int,
         loss_fn: Callable[[RolloutStorage.Batch], tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]],
-        optimizer: torch.optim.Optimizer,
+        zero_gradients: Callable[[], None],
     ) -> None:
         device = storage.actions.device
         self.observations = storage.observations.flatten(0, 1).clone()
@@ -57,6 +57,7 @@ class GraphedMinibatch:
                 old_distribution_params=tuple(f[f"distribution_{k}"][i] for k in range(num_params)),
             )
             loss, terms, kl = loss_fn(batch)
+            zero_gradients()
             loss.backward()
             self.loss_sums += terms
             return kl
@@ -65,25 +66,17 @@ class GraphedMinibatch:
         side.wait_stream(torch.cuda.current_stream(device))
         with torch.cuda.stream(side):
             for _ in range(WARMUP_REPLAYS):
-                optimizer.zero_grad(set_to_none=True)
                 body()
         torch.cuda.current_stream(device).wait_stream(side)
-        optimizer.zero_grad(set_to_none=True)  # the graph allocates the .grad tensors it then always writes
         self.graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(
             self.graph, stream=side
         ):  # the warm-up's stream: autograd's accumulators run there
             self.kl = body()
         self.loss_sums.zero_()
-        self.parameters = [p for group in optimizer.param_groups for p in group["params"]]
-        self.grads = [p.grad for p in self.parameters]
 
     def load(self, storage: RolloutStorage) -> None:
-        """Copy this update's rollout into the graph's input buffers (and give the parameters the graph's grads)."""
-        for p, g in zip(self.parameters, self.grads, strict=True):
-            p.grad = (
-                g  # an op-by-op update in between (zero_grad sets them to None) must not detach the graph
-            )
+        """Copy this update's rollout into the graph's input buffers ."""
         self.observations.copy_(storage.observations.flatten(0, 1))
         for name, t in _flat_fields(storage).items():
             self.fields[name].copy_(t)

@@ -7,7 +7,6 @@ import logging
 import torch
 import torch.distributed as dist
 from rsl_rl.algorithms import PPO
-from torch import nn
 
 from mjfleet.rl.graphed_update import GraphedMinibatch
 
@@ -25,6 +24,7 @@ class FleetPPO(PPO):
     - the policy's mean KL travels in the same buffer as the gradients: one all-reduce per minibatch;
     - every rank adapts the learning rate from that identical averaged KL, so no broadcast is needed and the
       ranks keep identical learning rates (the new rate is applied before the optimizer step, as in rsl_rl);
+    - the gradients are views of one flat buffer: the all-reduce sends it as it is, clipping is two norms;
     - losses are summed on device and read once, after the last minibatch;
     - Adam uses torch's fused kernel (one kernel per step for all parameters instead of one per tensor);
     - on CUDA each minibatch's forward and backward pass is one replayed CUDA graph (`capture_update`).
@@ -44,30 +44,53 @@ class FleetPPO(PPO):
                 self.optimizer = torch.optim.Adam(params, lr=self.learning_rate, fused=True)
             except (RuntimeError, ValueError):  # a device or dtype without a fused kernel: keep the default
                 pass
+        self._setup_flat_gradients()
+
+    # -------------------------------------------------------------- gradients
+    def _setup_flat_gradients(self) -> None:
+        """Every trained parameter's `.grad` becomes a view of one flat buffer, which has one more slot (the KL).
+
+        Backward accumulates into existing `.grad` tensors in place, so the buffer is zeroed (one operation)
+        instead of the gradients being set to None. Clipping is then a norm and a scale per network, and the
+        all-reduce sends the buffer itself: no per-parameter packing and unpacking.
+        """
+        self._trained = [p for m in (self.actor, self.critic) for p in m.parameters() if p.requires_grad]
+        first = self._trained[0]
+        sizes = [p.numel() for p in self._trained]
+        self._flat = torch.zeros(sum(sizes) + 1, dtype=first.dtype, device=first.device)
+        views = self._flat[:-1].split(sizes)
+        self._grads = [g.view_as(p) for g, p in zip(views, self._trained, strict=True)]
+        num_actor = sum(p.numel() for p in self.actor.parameters() if p.requires_grad)
+        # Clipped separately, as rsl_rl clips the actor's and the critic's gradients.
+        self._grad_segments = (self._flat[:num_actor], self._flat[num_actor:-1])
+        self._attach_gradients()
+
+    def _attach_gradients(self) -> None:
+        """(Re)point every `.grad` at its view of the flat buffer (anything may have set them to None)."""
+        for p, g in zip(self._trained, self._grads, strict=True):
+            if p.grad is not g:
+                p.grad = g
+
+    def _zero_gradients(self) -> None:
+        self._flat.zero_()
+
+    def _clip_gradients(self) -> None:
+        """torch's clip_grad_norm_ for the actor's and the critic's gradients, on their slices of the buffer."""
+        for segment in self._grad_segments:
+            norm = torch.linalg.vector_norm(segment)
+            segment.mul_((self.max_grad_norm / (norm + 1e-6)).clamp(max=1.0))
 
     # -------------------------------------------------------------- collectives
     def reduce_parameters(self, extra: torch.Tensor | None = None) -> torch.Tensor | None:
-        """Average every gradient (and `extra`, a small tensor) across workers with a single all_reduce.
+        """Average every gradient (and `extra`, a one-element tensor: the KL) across workers: one all_reduce.
 
         Returns the averaged `extra`, or None without one. Gradients are updated in place.
         """
-        grads = [p.grad for p in self._trained_parameters() if p.grad is not None]
-        parts = [g.reshape(-1) for g in grads]
         if extra is not None:
-            parts.append(extra.reshape(-1).to(parts[0].dtype if parts else torch.float32))
-        flat = torch.cat(parts)
-        dist.all_reduce(flat, op=dist.ReduceOp.SUM)
-        flat /= self.gpu_world_size
-        offset = 0
-        for g in grads:
-            n = g.numel()
-            g.copy_(flat[offset : offset + n].view_as(g))
-            offset += n
-        return flat[offset:].view_as(extra) if extra is not None else None
-
-    def _trained_parameters(self):
-        yield from self.actor.parameters()
-        yield from self.critic.parameters()
+            self._flat[-1:].copy_(extra.reshape(-1))
+        dist.all_reduce(self._flat, op=dist.ReduceOp.SUM)
+        self._flat /= self.gpu_world_size
+        return self._flat[-1:].view_as(extra) if extra is not None else None
 
     # ------------------------------------------------------------------ update
     def update(self) -> dict[str, float]:
@@ -75,6 +98,7 @@ class FleetPPO(PPO):
         if self.rnd or self.symmetry or self.actor.is_recurrent or self.critic.is_recurrent:
             return super().update()
 
+        self._attach_gradients()
         on_cuda = torch.device(self.device).type == "cuda"
         if self.capture_update and on_cuda and not self._capture_failed:
             loss_sums, num_updates = self._update_graphed()
@@ -92,7 +116,7 @@ class FleetPPO(PPO):
         num_updates = 0
         for batch in self.storage.mini_batch_generator(self.num_mini_batches, self.num_learning_epochs):
             loss, terms, kl = self._minibatch_loss(batch)
-            self.optimizer.zero_grad()
+            self._zero_gradients()
             loss.backward()
             self._apply_gradients(kl)
             loss_sums += terms
@@ -111,7 +135,9 @@ class FleetPPO(PPO):
             with torch.no_grad():
                 self.actor(st.observations[0], stochastic_output=True)
             try:
-                self._graphed = GraphedMinibatch(st, mini_batch_size, self._minibatch_loss, self.optimizer)
+                self._graphed = GraphedMinibatch(
+                    st, mini_batch_size, self._minibatch_loss, self._zero_gradients
+                )
             except Exception as exc:  # an optimisation: run op by op instead, loudly, once
                 torch.cuda.synchronize(self.device)
                 self._capture_failed = True
@@ -164,8 +190,7 @@ class FleetPPO(PPO):
             kl = reduced if reduced is not None else kl
         if kl is not None:
             self._adapt_learning_rate(float(kl))  # the update's one host read per minibatch
-        nn.utils.clip_grad_norm_(self.actor.parameters(), self.max_grad_norm)
-        nn.utils.clip_grad_norm_(self.critic.parameters(), self.max_grad_norm)
+        self._clip_gradients()
         self.optimizer.step()
 
     def _update_normalization(self, obs) -> None:
