@@ -69,14 +69,13 @@ class GraphedMinibatch:
                 body()
         torch.cuda.current_stream(device).wait_stream(side)
         self.graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(
-            self.graph, stream=side
-        ):  # the warm-up's stream: autograd's accumulators run there
+        # Captured on the warm-up's stream: autograd's gradient accumulators are bound to the stream they ran on.
+        with torch.cuda.graph(self.graph, stream=side):
             self.kl = body()
         self.loss_sums.zero_()
 
     def load(self, storage: RolloutStorage) -> None:
-        """Copy this update's rollout into the graph's input buffers ."""
+        """Copy this update's rollout into the graph's input buffers."""
         self.observations.copy_(storage.observations.flatten(0, 1))
         for name, t in _flat_fields(storage).items():
             self.fields[name].copy_(t)
