@@ -313,20 +313,22 @@ def test_episode_log_has_every_reward_term_and_the_tracking_metrics(flat):
     for name in flat.reward_weights:
         assert f"Episode_Reward/{name}" in log
     assert {"Metrics/lin_vel_error", "Metrics/ang_vel_error", "Metrics/sim_overflow"} <= log.keys()
-    assert "Metrics/sim_linesearch_limit" in log
+    assert {"Metrics/sim_linesearch_limit", "Metrics/sim_solver_limit"} <= log.keys()
 
 
-def test_linesearch_limit_is_recorded_per_world_but_not_printed_while_buffer_overflows_still_are(flat):
+def test_iteration_limits_are_recorded_per_world_but_not_printed_while_buffer_overflows_still_are(flat):
     from mujoco_warp import OverflowType
 
     warn = int(flat.sim.model.opt.warn_overflow)
-    assert not warn & OverflowType.LS_ITERATIONS
+    assert not warn & OverflowType.LS_ITERATIONS and not warn & OverflowType.ITERATIONS
     assert warn & OverflowType.NEFC and warn & OverflowType.NARROWPHASE
     _stand_at_home(flat)
     flat._overflow.fill_(int(OverflowType.LS_ITERATIONS))  # as the solver flags a world that hit the limit
     flat._overflow[0] = 0
+    flat._overflow[1] |= int(OverflowType.ITERATIONS)
     _, _, _, extras = flat.step(_zero_action(flat))
     assert extras["log"]["Metrics/sim_linesearch_limit"] == pytest.approx((NUM_ENVS - 1) / NUM_ENVS)
+    assert extras["log"]["Metrics/sim_solver_limit"] == pytest.approx(1 / NUM_ENVS)
     assert extras["log"]["Metrics/sim_overflow"] == 0
     flat._overflow.zero_()
 
