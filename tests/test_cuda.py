@@ -40,6 +40,16 @@ def make_runner(task: str, env):
         return FleetRunner(env, agent, None, DEVICE, log_format="compact")
 
 
+def collect(alg, env, obs, steps: int):
+    """`steps` rollout steps (policy inference, env step, storage) in inference mode; returns the last observations."""
+    with torch.inference_mode():
+        for _ in range(steps):
+            actions = alg.act(obs)
+            obs, rewards, dones, extras = env.step(actions)
+            alg.process_env_step(obs, rewards, dones, extras)
+    return obs
+
+
 @pytest.mark.parametrize("task", TASKS)
 def test_graph_replayed_env_steps_agree_with_op_by_op_steps_on_cuda(task):
     """Whole-step CUDA graph (physics + torch, random draws included) == the same steps launched op by op."""
@@ -72,21 +82,13 @@ def test_collection_loop_never_synchronises_with_the_host(task):
     runner = make_runner(task, env)
     alg = runner.alg
     alg.train_mode()
-    obs = env.get_observations()
-    with torch.inference_mode():
-        for _ in range(3):  # warm up (lazy allocations, first-call paths)
-            actions = alg.act(obs)
-            obs, rewards, dones, extras = env.step(actions)
-            alg.process_env_step(obs, rewards, dones, extras)
-        torch.cuda.synchronize()
-        torch.cuda.set_sync_debug_mode("error")
-        try:
-            for _ in range(10):
-                actions = alg.act(obs)
-                obs, rewards, dones, extras = env.step(actions)
-                alg.process_env_step(obs, rewards, dones, extras)
-        finally:
-            torch.cuda.set_sync_debug_mode("default")
+    obs = collect(alg, env, env.get_observations(), 3)  # warm up (lazy allocations, first-call paths)
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        collect(alg, env, obs, 10)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
     assert env.step_is_graph
     assert torch.isfinite(alg.storage.rewards[: alg.storage.step]).all()
 
@@ -100,12 +102,8 @@ def test_graph_replayed_ppo_update_agrees_with_the_op_by_op_update(task):
     runner = make_runner(task, env)
     alg = runner.alg
     alg.train_mode()
-    obs = env.get_observations()
+    obs = collect(alg, env, env.get_observations(), runner.cfg["num_steps_per_env"])
     with torch.inference_mode():
-        for _ in range(runner.cfg["num_steps_per_env"]):
-            actions = alg.act(obs)
-            obs, rewards, dones, extras = env.step(actions)
-            alg.process_env_step(obs, rewards, dones, extras)
         alg.compute_returns(obs)
     models = (alg.actor, alg.critic)
 

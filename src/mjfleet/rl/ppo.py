@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 
 import torch
@@ -67,7 +68,6 @@ class FleetPPO(PPO):
         num_actor = sum(p.numel() for p in self.actor.parameters() if p.requires_grad)
         # Clipped separately, as rsl_rl clips the actor's and the critic's gradients.
         self._grad_segments = (self._flat[:num_actor], self._flat[num_actor:-1])
-        self._gathered: torch.Tensor | None = None  # reduce_parameters' all-gather buffer, made on first use
         self._attach_gradients()
 
     def _attach_gradients(self) -> None:
@@ -97,19 +97,21 @@ class FleetPPO(PPO):
         if extra is not None:
             self._flat[-1:].copy_(extra.reshape(-1))
         world = self.gpu_world_size
-        if self._gather_for_reduce():
-            dist.all_gather_into_tensor(self._gathered, self._flat)
-            torch.sum(self._gathered.view(world, -1), dim=0, out=self._flat)
+        gathered = self._gather_buffer
+        if gathered is not None:
+            dist.all_gather_into_tensor(gathered, self._flat)
+            torch.sum(gathered.view(world, -1), dim=0, out=self._flat)
         else:
             dist.all_reduce(self._flat, op=dist.ReduceOp.SUM)
         self._flat /= world
         return self._flat[-1:].view_as(extra) if extra is not None else None
 
-    def _gather_for_reduce(self) -> bool:
-        if self._gathered is None:
-            use = dist.get_backend() == "gloo" and self.gpu_world_size <= GATHER_REDUCE_MAX_WORKERS
-            self._gathered = self._flat.new_empty(self.gpu_world_size * self._flat.numel() if use else 0)
-        return self._gathered.numel() > 0
+    @functools.cached_property
+    def _gather_buffer(self) -> torch.Tensor | None:
+        """reduce_parameters' all-gather buffer on gloo with a few workers; None: it all-reduces."""
+        if dist.get_backend() != "gloo" or self.gpu_world_size > GATHER_REDUCE_MAX_WORKERS:
+            return None
+        return self._flat.new_empty(self.gpu_world_size * self._flat.numel())
 
     # ------------------------------------------------------------------ update
     def update(self) -> dict[str, float]:
