@@ -107,7 +107,7 @@ def bench_worker(job: BenchJob) -> dict[str, Any] | None:
                 torch.cuda.reset_peak_memory_stats(device)
             t_build = time.perf_counter()
             env = spec.make_env(cfg, ctx.device)
-            runner = _make_runner(env, agent, ctx.device)
+            runner = _make_runner(env, agent, ctx.device, job.plan.update_threads)
             build_s = time.perf_counter() - t_build
             actions = torch.zeros(env.num_envs, env.num_actions, device=device)
             env.step(actions)  # the first env step: start-up ends here
@@ -324,6 +324,8 @@ def _timed_training(job: BenchJob, runner, device: torch.device) -> list[dict[st
                 "update_s": float(rec["learn_time"]),
                 "grad_allreduce_s": acc.grad_allreduce_s,
                 "collectives_s": acc.collectives_s,
+                # torch threads of this iteration's update (on CPU chosen by measurement; see UpdateThreads)
+                "update_threads": int(rec.get("Perf/update_threads", torch.get_num_threads())),
             }
         )
         acc.grad_allreduce_s = acc.collectives_s = 0.0
@@ -355,13 +357,13 @@ def _timed_training(job: BenchJob, runner, device: torch.device) -> list[dict[st
 
 
 # ------------------------------------------------------------------------------------------- helpers
-def _make_runner(env, agent: AgentConfig, device: str):
+def _make_runner(env, agent: AgentConfig, device: str, update_threads: int):
     from mjfleet.rl import FleetRunner
 
     agent.logger = "none"
     agent.consistency_check_interval = 0
     with contextlib.redirect_stdout(io.StringIO()):  # rsl_rl prints the models
-        return FleetRunner(env, agent, None, device, log_format="compact")
+        return FleetRunner(env, agent, None, device, log_format="compact", update_threads=update_threads)
 
 
 def _sync(device: torch.device) -> None:

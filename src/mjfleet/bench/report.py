@@ -128,6 +128,8 @@ def _summarize_training(
         ),
         "collect_share": _share(iterations, "collect_s", ("collect_s", "update_s")),
         "update_share": _share(iterations, "update_s", ("collect_s", "update_s")),
+        # rank 0's update of each timed iteration: (torch threads, seconds); on CPU the thread count is measured
+        "updates": [[it.get("update_threads"), it["update_s"]] for it in iterations[0]],
     }
     if physics:
         out["vs_physics"] = out["env_steps_per_s"] / physics

@@ -42,8 +42,9 @@ class TrainFlags:
     cpu_workers: int = 1
     """With --gpu-ids None: number of CPU worker processes (gloo data-parallel)."""
     threads: int | None = None
-    """Torch threads per worker. Default: 1 per CPU worker (use --cpu-workers to use more cores); GPU workers
-    split the machine's cores."""
+    """Torch threads per worker, for everything. Default: 1 per CPU worker (use --cpu-workers to use more cores),
+    and the PPO update may use the cores the workers leave idle when that measures faster; GPU workers split the
+    machine's cores."""
     hosts: tuple[str, ...] = ("localhost",)
     """Machines to run on (`h1 h2`, or `slurm`); each runs one worker per selected GPU. See docs/distributed.md."""
     num_envs: int | None = None
@@ -224,6 +225,7 @@ def train_worker(job: TrainJob) -> dict[str, Any]:
             stop=stop,
             export_on_save=job.export_on_save,
             upload_checkpoints=job.wandb_upload_checkpoints,
+            update_threads=job.plan.update_threads,
         )
         if job.resume_from is not None:
             try:

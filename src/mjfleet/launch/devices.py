@@ -88,6 +88,10 @@ class WorkerPlan:
     one thread, and a second torch thread only helps the PPO update of large batches on an otherwise idle core;
     on a busy machine OpenMP threads waiting for each other made training up to 36x slower (docs/benchmarks.md).
     More cores are used best through more workers (--cpu-workers)."""
+    update_threads: int = 1
+    """CPU: torch threads each PPO update may use (this host's cores / its workers, unless --threads is given);
+    per update, the runner measures whether they pay and otherwise stays at `threads_per_worker`
+    (mjfleet.rl.update_threads)."""
     gpu_ids: tuple[GpuId, ...] = ()
     """The selected GPUs as the user named them (indices relative to CUDA_VISIBLE_DEVICES, or UUIDs)."""
     notice: str | None = None
@@ -121,6 +125,8 @@ class WorkerPlan:
         where = self._where()
         if self.is_cpu:
             threads = f"{self.threads_per_worker} thread{'s' if self.threads_per_worker > 1 else ''}"
+            if self.update_threads > self.threads_per_worker:
+                threads += f", the update up to {self.update_threads}"
             if self.in_process:
                 return f"CPU, 1 worker ({threads})"
             return f"{n} CPU workers (gloo, {threads} each){where}"
@@ -146,7 +152,8 @@ def make_plan(
 ) -> WorkerPlan:
     """Turn a `--gpu-ids` request, `--cpu-workers`, `--threads` and `--hosts` into a checked :class:`WorkerPlan`.
 
-    ``threads=None``: 1 torch thread per CPU worker; GPU workers split this host's cores among themselves.
+    ``threads=None``: 1 torch thread per CPU worker, and the PPO update may use the host's cores split among its
+    workers when that measures faster; GPU workers split this host's cores among themselves.
 
     ``cuda_device_count=None`` asks torch how many GPUs this process can see (without initialising CUDA).
     Every host is assumed to look like this one (same GPU count, same CUDA_VISIBLE_DEVICES).
@@ -182,6 +189,7 @@ def make_plan(
             backend="gloo",
             cuda_visible_devices=None,
             threads_per_worker=threads or 1,
+            update_threads=threads or max(1, cores // cpu_workers),
             notice=notice,
         )
 
@@ -207,6 +215,7 @@ def make_plan(
         backend="nccl",
         cuda_visible_devices=",".join(physical),
         threads_per_worker=threads or max(1, cores // len(ids)),
+        update_threads=threads or max(1, cores // len(ids)),
         gpu_ids=ids,
         notice=notice,
     )

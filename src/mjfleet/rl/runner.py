@@ -15,6 +15,7 @@ from rsl_rl.runners import OnPolicyRunner
 from mjfleet.rl.config import AgentConfig
 from mjfleet.rl.episode_stats import EpisodeStats
 from mjfleet.rl.stop import StopRequest
+from mjfleet.rl.update_threads import UpdateThreads
 from mjfleet.runs.checkpoints import Retention
 from mjfleet.runs.console import format_iteration
 from mjfleet.runs.metrics import MetricsWriter
@@ -35,6 +36,8 @@ class FleetRunner(OnPolicyRunner):
       each rank's random stream.
     - A `StopRequest` (SIGINT/SIGTERM) is checked once per iteration; all ranks agree on it with one tiny
       all_reduce, so they stop after the same iteration, save, and `learn` returns with `interrupted` set.
+    - On CPU with `update_threads` > the torch threads the worker collects with, each PPO update runs on either
+      count, whichever measures faster (`mjfleet.rl.update_threads`).
     """
 
     def __init__(
@@ -51,6 +54,7 @@ class FleetRunner(OnPolicyRunner):
         stop: StopRequest | None = None,
         export_on_save: bool = False,
         upload_checkpoints: bool = False,
+        update_threads: int = 1,
     ) -> None:
         self.agent_cfg = agent_cfg
         self.run_dir = run_dir
@@ -78,6 +82,13 @@ class FleetRunner(OnPolicyRunner):
         self._checkpoint_info.setdefault("step_dt", float(getattr(env, "step_dt", 0.0)) or None)
         if not average_gradients:  # for experiments and tests only: workers then drift apart
             self.alg.reduce_parameters = lambda extra=None: extra
+        on_cpu = torch.device(self.device).type == "cpu"
+        self.update_threads = UpdateThreads.for_update(
+            available=update_threads if on_cpu else 1,
+            minibatch_size=self.cfg["num_steps_per_env"] * env.num_envs // self.alg.num_mini_batches,
+            num_parameters=sum(p.numel() for p in self._policy_parameters() if p.requires_grad),
+            base=torch.get_num_threads(),
+        )
 
     # ------------------------------------------------------------------ setup
     def _configure_multi_gpu(self) -> None:
@@ -141,7 +152,8 @@ class FleetRunner(OnPolicyRunner):
                 self.alg.compute_returns(obs)
             episode = stats.collect()  # the one host synchronisation of the rollout
             t1 = time.perf_counter()
-            losses = self.alg.update()
+            with self.update_threads.applied():
+                losses = self.alg.update()
             t2 = time.perf_counter()
 
             self.current_learning_iteration = it + 1
@@ -220,6 +232,8 @@ class FleetRunner(OnPolicyRunner):
             "Policy/action_std": float(self.alg.get_policy().output_std.detach().mean()),
         }
         record.update({f"Loss/{k}": v for k, v in losses.items()})
+        if self.update_threads.adaptive:
+            record["Perf/update_threads"] = self.update_threads.history[-1][0]
         record.update(episode)
         return record
 
