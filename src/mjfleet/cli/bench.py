@@ -43,8 +43,7 @@ class BenchFlags:
     cpu_workers: int = 1
     """With --gpu-ids None: CPU worker processes (gloo). Several workers also measure 1 worker for scaling."""
     threads: int | None = None
-    """Torch threads per worker. Default as for train: 1 per CPU worker (the PPO update may use the idle cores
-    when that measures faster); GPU workers split the cores."""
+    """Torch threads per worker. Default as for train: 1 per CPU worker (its PPO update may use the cores the workers leave idle, when that measures faster); GPU workers split the cores."""
     hosts: tuple[str, ...] = ("localhost",)
     """Machines to run on (as for train); the 1-worker reference runs on this machine."""
     iterations: int = 3
