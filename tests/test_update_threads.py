@@ -46,6 +46,14 @@ def test_a_slowdown_of_the_count_in_use_switches_at_once_and_a_recovery_is_found
     assert chosen[-1] == 2 and 2 in chosen[30 : 34 + 8]  # probing finds the idle core again
 
 
+def test_a_lasting_slowdown_of_both_counts_does_not_make_every_other_update_a_probe():
+    # From update 10 on, one thread takes twice as long as before, and two threads lose all along.
+    chosen = _run(
+        UpdateThreads(available=2, base=1), lambda i, t: 3.0 if t == 2 else (1.0 if i < 10 else 2.0)
+    )
+    assert chosen[10:].count(2) <= 2
+
+
 def test_small_minibatches_and_explicit_thread_counts_are_not_adapted():
     small = UpdateThreads.for_update(available=2, minibatch_size=384, num_parameters=9_000)
     assert not small.adaptive  # 21 MFLOP per minibatch

@@ -106,6 +106,9 @@ class UpdateThreads:
                 self._interval = self.probe_every
             else:
                 self._interval = min(2 * self._interval, self.max_probe_every)
+                # The count in use stays; its latest time is its new normal (else a lasting slowdown of both
+                # counts would send every other update to probe).
+                self.best[self.current] = self.last[self.current]
             self._next_probe = n + 1 + self._interval
         elif seconds > self.slowdown * self.best[threads]:
             self._next_probe = n + 1  # the machine changed: try the other count at once
