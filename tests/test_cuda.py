@@ -31,13 +31,17 @@ def make_env(task: str, num_envs: int, capture: bool = True, seed: int = 0):
     return spec.make_env(cfg, DEVICE)
 
 
-def make_runner(task: str, env):
+def make_training(task: str, num_envs: int = 256):
+    """(env, runner, alg): the task's environment and a FleetRunner on it, the algorithm in training mode."""
     from mjfleet.rl import FleetRunner
 
+    env = make_env(task, num_envs)
     agent = get_task(task).agent_config()
     agent.logger = "none"
     with contextlib.redirect_stdout(io.StringIO()):
-        return FleetRunner(env, agent, None, DEVICE, log_format="compact")
+        runner = FleetRunner(env, agent, None, DEVICE, log_format="compact")
+    runner.alg.train_mode()
+    return env, runner, runner.alg
 
 
 def collect(alg, env, obs, steps: int):
@@ -78,10 +82,7 @@ def test_graph_replayed_env_steps_agree_with_op_by_op_steps_on_cuda(task):
 @pytest.mark.parametrize("task", TASKS)
 def test_collection_loop_never_synchronises_with_the_host(task):
     """Policy inference + env step + storage: no torch call in the loop waits for the GPU."""
-    env = make_env(task, 256)
-    runner = make_runner(task, env)
-    alg = runner.alg
-    alg.train_mode()
+    env, _, alg = make_training(task)
     obs = collect(alg, env, env.get_observations(), 3)  # warm up (lazy allocations, first-call paths)
     torch.cuda.synchronize()
     torch.cuda.set_sync_debug_mode("error")
@@ -98,10 +99,7 @@ def test_graph_replayed_ppo_update_agrees_with_the_op_by_op_update(task):
     """The recorded minibatch (forward + backward as one CUDA graph) gives the op-by-op update's parameters."""
     import copy
 
-    env = make_env(task, 256)
-    runner = make_runner(task, env)
-    alg = runner.alg
-    alg.train_mode()
+    env, runner, alg = make_training(task)
     obs = collect(alg, env, env.get_observations(), runner.cfg["num_steps_per_env"])
     with torch.inference_mode():
         alg.compute_returns(obs)

@@ -70,6 +70,17 @@ class FleetPPO(PPO):
         self._grad_segments = (self._flat[:num_actor], self._flat[num_actor:-1])
         self._attach_gradients()
 
+    @property
+    def num_trained_parameters(self) -> int:
+        """Parameters the optimizer trains (actor and critic): the flat gradient buffer less its KL slot."""
+        return self._flat.numel() - 1
+
+    @property
+    def mini_batch_size(self) -> int:
+        """Transitions per minibatch, as rsl_rl's feed-forward sampler splits the rollout."""
+        st = self.storage
+        return st.num_envs * st.num_transitions_per_env // self.num_mini_batches
+
     def _attach_gradients(self) -> None:
         """(Re)point every `.grad` at its view of the flat buffer (anything may have set them to None)."""
         for p, g in zip(self._trained, self._grads, strict=True):
@@ -147,7 +158,7 @@ class FleetPPO(PPO):
     def _update_graphed(self) -> tuple[torch.Tensor, int]:
         """rsl_rl's minibatches (its permutation call, drawn first), each replayed as one recorded CUDA graph."""
         st = self.storage
-        mini_batch_size = st.num_envs * st.num_transitions_per_env // self.num_mini_batches
+        mini_batch_size = self.mini_batch_size
         indices = torch.randperm(self.num_mini_batches * mini_batch_size, device=self.device)
         if self._graphed is None:  # recorded at the first update, from its rollout
             # The actor keeps its last distribution, and so the autograd graph of the last op-by-op minibatch (if

@@ -85,8 +85,8 @@ class FleetRunner(OnPolicyRunner):
         on_cpu = torch.device(self.device).type == "cpu"
         self.update_threads = UpdateThreads.for_update(
             available=update_threads if on_cpu else 1,
-            minibatch_size=self.cfg["num_steps_per_env"] * env.num_envs // self.alg.num_mini_batches,
-            num_parameters=sum(p.numel() for p in self._policy_parameters() if p.requires_grad),
+            minibatch_size=self.alg.mini_batch_size,
+            num_parameters=self.alg.num_trained_parameters,
             base=torch.get_num_threads(),
         )
 
