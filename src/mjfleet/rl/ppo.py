@@ -9,6 +9,7 @@ import torch
 import torch.distributed as dist
 from rsl_rl.algorithms import PPO
 
+from mjfleet.rl.analytic_gradients import AnalyticMinibatch
 from mjfleet.rl.graphed_update import GraphedMinibatch
 
 log = logging.getLogger(__name__)
@@ -32,12 +33,13 @@ class FleetPPO(PPO):
     - the gradients are views of one flat buffer: the collective sends it as it is, clipping is two norms;
     - losses are summed on device and read once, after the last minibatch;
     - Adam uses torch's fused kernel (one kernel per step for all parameters instead of one per tensor);
-    - on CUDA each minibatch's forward and backward pass is one replayed CUDA graph (`capture_update`).
+    - on CUDA each minibatch's forward and backward pass is one replayed CUDA graph (`capture_update`);
+      elsewhere MLP networks get their gradients layer by layer without autograd (`analytic_gradients`).
 
     Recurrent policies, RND and symmetry augmentation fall back to rsl_rl's own update.
     """
 
-    def __init__(self, *args, capture_update: bool = True, **kwargs) -> None:
+    def __init__(self, *args, capture_update: bool = True, analytic_gradients: bool = True, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.capture_update = capture_update
         """On CUDA: record a minibatch's forward and backward pass once and replay it (mjfleet.rl.graphed_update)."""
@@ -50,6 +52,10 @@ class FleetPPO(PPO):
             except (RuntimeError, ValueError):  # a device or dtype without a fused kernel: keep the default
                 pass
         self._setup_flat_gradients()
+        self._analytic: AnalyticMinibatch | None = None
+        """Minibatches run op by op: loss and gradients without autograd (mjfleet.rl.analytic_gradients)."""
+        if analytic_gradients:
+            self._analytic = AnalyticMinibatch.build(self, dict(zip(self._trained, self._grads, strict=True)))
 
     # -------------------------------------------------------------- gradients
     def _setup_flat_gradients(self) -> None:
@@ -124,6 +130,25 @@ class FleetPPO(PPO):
             return None
         return self._flat.new_empty(self.gpu_world_size * self._flat.numel())
 
+    # ----------------------------------------------------------------- rollout
+    def act(self, obs):
+        """rsl_rl's act (sample, value, log-probability, distribution parameters into the transition); for MLP
+        networks computed by `AnalyticMinibatch.act`, without the module calls and distribution objects."""
+        if self._analytic is None:
+            return super().act(obs)
+        t = self.transition
+        t.hidden_states = (None, None)
+        t.actions, t.values, t.actions_log_prob, t.distribution_params = self._analytic.act(obs)
+        t.observations = obs
+        return t.actions
+
+    @property
+    def action_std(self) -> torch.Tensor:
+        """The policy's current action standard deviation (per action dimension)."""
+        if self._analytic is not None:
+            return self._analytic.std()[0]
+        return self.actor.output_std.detach()
+
     # ------------------------------------------------------------------ update
     def update(self) -> dict[str, float]:
         """Run the optimisation epochs over the stored rollout; returns the mean losses."""
@@ -146,10 +171,14 @@ class FleetPPO(PPO):
     def _update_op_by_op(self) -> tuple[torch.Tensor, int]:
         loss_sums = torch.zeros(3, device=self.device)  # surrogate, value, entropy
         num_updates = 0
+        analytic = self._analytic
         for batch in self.storage.mini_batch_generator(self.num_mini_batches, self.num_learning_epochs):
-            loss, terms, kl = self._minibatch_loss(batch)
-            self._zero_gradients()
-            loss.backward()
+            if analytic is not None:  # writes every gradient: nothing to zero
+                terms, kl = analytic(self._normalize_advantages(batch))
+            else:
+                loss, terms, kl = self._minibatch_loss(batch)
+                self._zero_gradients()
+                loss.backward()
             self._apply_gradients(kl)
             loss_sums += terms
             num_updates += 1
@@ -189,11 +218,7 @@ class FleetPPO(PPO):
         # rsl_rl's Batch declares every field optional; the feed-forward generator fills all of these.
         assert batch.advantages is not None and batch.actions is not None
         assert batch.old_distribution_params is not None
-        if self.normalize_advantage_per_mini_batch:
-            with torch.no_grad():
-                batch.advantages = (batch.advantages - batch.advantages.mean()) / (
-                    batch.advantages.std() + 1e-8
-                )
+        batch = self._normalize_advantages(batch)
         with torch.amp.autocast(
             device_type=torch.device(self.device).type,
             enabled=self.use_mixed_precision,
@@ -214,6 +239,15 @@ class FleetPPO(PPO):
             loss = surrogate_loss + self.value_loss_coef * value_loss - self.entropy_coef * entropy
         terms = torch.stack((surrogate_loss.detach(), value_loss.detach(), entropy.detach())).float()
         return loss, terms, kl
+
+    def _normalize_advantages(self, batch):
+        """The batch, its advantages normalised over the minibatch where configured (rsl_rl's option)."""
+        if self.normalize_advantage_per_mini_batch:
+            with torch.no_grad():
+                batch.advantages = (batch.advantages - batch.advantages.mean()) / (
+                    batch.advantages.std() + 1e-8
+                )
+        return batch
 
     def _apply_gradients(self, kl: torch.Tensor | None) -> None:
         """Average gradients across workers, adapt the learning rate, clip, and step the optimizer."""

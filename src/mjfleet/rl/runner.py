@@ -229,7 +229,7 @@ class FleetRunner(OnPolicyRunner):
             "collect_time": collect_time,
             "learn_time": learn_time,
             "learning_rate": self.alg.learning_rate,
-            "Policy/action_std": float(self.alg.get_policy().output_std.detach().mean()),
+            "Policy/action_std": float(self.alg.action_std.mean()),
         }
         record.update({f"Loss/{k}": v for k, v in losses.items()})
         if self.update_threads.adaptive:

@@ -1,0 +1,252 @@
+"""The PPO minibatch loss of MLP actor and critic networks, with its gradients written out layer by layer.
+
+On a CPU the update of a small policy is bound by operator overhead, not arithmetic: for Cartpole's 64-64
+networks at 64 environments a minibatch is ~400 torch operations through autograd (saved tensors, transposes,
+accumulation nodes, the distribution objects) around ~40 that do the work. `AnalyticMinibatch` computes the same
+loss and the same gradients with only those: each network's forward pass keeps its layer outputs, the loss's
+derivative with respect to the action mean, the standard deviation and the value is written in closed form, and
+the backward pass is two matrix products and one activation derivative per layer, written straight into the
+optimizer's flat gradient buffer.
+
+The mathematics is rsl_rl's PPO loss (clipped surrogate, optionally clipped value loss, entropy bonus) for a
+feed-forward `MLPModel` with a state-independent Gaussian; where torch's autograd splits a gradient at a tie
+(`torch.max` of equal values, `clamp` at its bounds) the same split is used. Anything else (recurrent or CNN
+models, other distributions or activations, mixed precision) keeps autograd: `AnalyticMinibatch.build` returns
+None for it. tests/test_analytic_gradients.py checks losses, gradients and KL against autograd.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from rsl_rl.modules.distribution import GaussianDistribution as RslGaussian
+from torch import nn
+
+from mjfleet.rl.distribution import GaussianDistribution
+
+_LOG_SQRT_2PI = math.log(math.sqrt(2.0 * math.pi))
+_GAUSSIANS = (RslGaussian, GaussianDistribution)
+
+
+@dataclass
+class _Layer:
+    linear: nn.Linear
+    weight_grad: torch.Tensor
+    bias_grad: torch.Tensor
+    activation: str | None  # after the linear map: "elu", "relu", "tanh" or None
+    alpha: float = 1.0  # ELU's
+
+
+def _activation_kind(module: nn.Module) -> tuple[str, float] | None:
+    if type(module) is nn.ELU and not module.inplace:
+        return "elu", float(module.alpha)
+    if type(module) is nn.ReLU:
+        return "relu", 0.0
+    if type(module) is nn.Tanh:
+        return "tanh", 0.0
+    return None
+
+
+class _Network:
+    """An rsl_rl MLP (Linear, activation, ..., Linear) run forward and backward by hand."""
+
+    def __init__(self, model: nn.Module, grads: dict[nn.Parameter, torch.Tensor]) -> None:
+        self.model = model
+        self.layers: list[_Layer] = []
+        for module in model.mlp:
+            if isinstance(module, nn.Linear):
+                self.layers.append(_Layer(module, grads[module.weight], grads[module.bias], None))
+                continue
+            kind = _activation_kind(module)
+            if kind is None or not self.layers or self.layers[-1].activation is not None:
+                raise _Unsupported(f"MLP layer {module}")
+            self.layers[-1].activation, self.layers[-1].alpha = kind
+        if self.layers[-1].activation is not None:
+            raise _Unsupported("an activation after the output layer")
+
+    def forward(self, obs) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """The network's output and every layer's input (the first: the normalised observations)."""
+        groups = self.model.obs_groups
+        if len(groups) == 1:  # MLPModel.get_latent without concatenating a single group
+            x = self.model.obs_normalizer(obs[groups[0]])
+        else:
+            x = self.model.get_latent(obs)
+        inputs = []
+        for layer in self.layers:
+            inputs.append(x)
+            x = torch.addmm(layer.linear.bias, x, layer.linear.weight.t())
+            if layer.activation == "elu":
+                x = torch.nn.functional.elu(x, layer.alpha)
+            elif layer.activation == "relu":
+                x = torch.relu(x)
+            elif layer.activation == "tanh":
+                x = torch.tanh(x)
+        return x, inputs
+
+    def backward(self, grad_output: torch.Tensor, inputs: list[torch.Tensor]) -> None:
+        """Write d(loss)/d(every weight and bias) into their gradient views, given d(loss)/d(output)."""
+        g = grad_output
+        for i in range(len(self.layers) - 1, -1, -1):
+            layer, x = self.layers[i], inputs[i]
+            torch.mm(g.t(), x, out=layer.weight_grad)
+            torch.sum(g, dim=0, out=layer.bias_grad)
+            if i == 0:
+                break
+            g = torch.mm(g, layer.linear.weight)
+            # The derivative of the previous layer's activation, from its output (= this layer's input).
+            previous = self.layers[i - 1]
+            if previous.activation == "elu":
+                g = torch.ops.aten.elu_backward(g, previous.alpha, 1.0, 1.0, True, x)
+            elif previous.activation == "relu":
+                g = torch.ops.aten.threshold_backward(g, x, 0.0)
+            elif previous.activation == "tanh":
+                g = torch.ops.aten.tanh_backward(g, x)
+
+
+class _Unsupported(Exception):
+    pass
+
+
+class AnalyticMinibatch:
+    """One PPO minibatch: losses, mean KL, and every trained parameter's gradient, without autograd.
+
+    Call it with a feed-forward minibatch (rsl_rl's `Batch`): it overwrites the gradient of every parameter the
+    optimizer trains (so nothing needs zeroing) and returns the detached [surrogate, value, entropy] losses and the
+    mean KL between the rollout's and the current policy (None unless the learning rate adapts to it).
+    """
+
+    def __init__(self, alg, grads: dict[nn.Parameter, torch.Tensor]) -> None:
+        self.alg = alg
+        actor, critic = alg.actor, alg.critic
+        dist = actor.distribution
+        if type(dist) not in _GAUSSIANS:
+            raise _Unsupported(f"distribution {type(dist).__name__}")
+        self.dist = dist
+        self.actor = _Network(actor, grads)
+        self.critic = _Network(critic, grads)
+        self.std_param = dist.std_param if dist.std_type == "scalar" else dist.log_std_param
+        self.std_grad = grads.get(self.std_param)  # None: the standard deviation is not learned
+        covered = {
+            id(t)
+            for net in (self.actor, self.critic)
+            for layer in net.layers
+            for t in (layer.weight_grad, layer.bias_grad)
+        }
+        if self.std_grad is not None:
+            covered.add(id(self.std_grad))
+        if covered != {id(g) for g in grads.values()}:
+            raise _Unsupported("parameters outside the MLPs and the standard deviation")
+
+    @classmethod
+    def build(cls, alg, grads: dict[nn.Parameter, torch.Tensor]) -> AnalyticMinibatch | None:
+        """An instance for `alg`'s networks, or None where they need autograd (see the module's docstring)."""
+        if alg.use_mixed_precision or alg.actor.is_recurrent or alg.critic.is_recurrent:
+            return None
+        if not all(hasattr(m, "mlp") and hasattr(m, "get_latent") for m in (alg.actor, alg.critic)):
+            return None
+        try:
+            return cls(alg, grads)
+        except (_Unsupported, AttributeError, KeyError):
+            return None
+
+    def std(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The standard deviation (as GaussianDistribution.update computes it) and d(std)/d(parameter)."""
+        dist, p = self.dist, self.std_param.detach()
+        if dist.std_type == "scalar":
+            lo, hi = dist.std_range
+            return p.clamp(lo, hi), ((p >= lo) & (p <= hi)).to(p.dtype)
+        lo, hi = dist.log_std_range
+        std = p.clamp(lo, hi).exp()
+        return std, std * ((p >= lo) & (p <= hi)).to(p.dtype)
+
+    @staticmethod
+    def _log_prob(sq: torch.Tensor, inv_var: torch.Tensor, log_std: torch.Tensor) -> torch.Tensor:
+        """log pi(a) = sum_j -(a_j - mean_j)^2 / (2 std_j^2) - log std_j - log sqrt(2 pi), from (a - mean)^2."""
+        return (sq * inv_var * -0.5 - log_std).sum(-1) - _LOG_SQRT_2PI * sq.shape[-1]
+
+    @torch.no_grad()
+    def act(self, obs) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+        """Sampled actions, values, log-probabilities and (mean, std) for a rollout step, as rsl_rl's PPO.act
+        computes them (the same draw: mean + std * N(0, 1), like GaussianDistribution.sample)."""
+        mean, _ = self.actor.forward(obs)
+        values, _ = self.critic.forward(obs)
+        std, _ = self.std()
+        noise = torch.randn_like(mean)
+        actions = torch.addcmul(mean, std, noise)
+        sq = (actions - mean).square_()
+        log_prob = self._log_prob(sq, std.pow(-2), std.log())
+        return actions, values, log_prob, (mean, std.expand_as(mean))
+
+    @torch.no_grad()
+    def __call__(self, batch) -> tuple[torch.Tensor, torch.Tensor | None]:
+        alg = self.alg
+        n = batch.actions.shape[0]
+        mean, actor_inputs = self.actor.forward(batch.observations)
+        values, critic_inputs = self.critic.forward(batch.observations)
+        std, dstd_dparam = self.std()
+
+        diff = batch.actions - mean
+        inv_var = std.pow(-2)
+        log_std = std.log()
+        sq = diff.square()
+        log_prob = self._log_prob(sq, inv_var, log_std)
+        entropy = (0.5 + _LOG_SQRT_2PI + log_std).sum()
+
+        # Clipped surrogate: mean(max(-A r, -A clip(r))), r = exp(log pi - log pi_old).
+        # d/dr = -A where r is inside the clip range (autograd: half through each equal branch) or where the
+        # unclipped branch is the larger; 0 where the clipped branch wins.
+        eps = alg.clip_param
+        advantages = batch.advantages.squeeze(-1)
+        ratio = torch.exp(log_prob - batch.old_actions_log_prob.squeeze(-1))
+        clipped = ratio.clamp(1.0 - eps, 1.0 + eps)
+        surrogate, surrogate_clipped = -advantages * ratio, -advantages * clipped
+        surrogate_loss = torch.maximum(surrogate, surrogate_clipped).mean()
+        passes = (clipped == ratio) | (surrogate > surrogate_clipped)
+        dloss_dlogp = torch.where(passes, surrogate, 0.0).div_(n)  # (n,): surrogate = -A r
+
+        # d log pi / d mean = (a - mean) / std^2;  d log pi / d std = (a - mean)^2 / std^3 - 1 / std
+        grad_mean = diff.mul_(inv_var).mul_(dloss_dlogp.unsqueeze(-1))
+        if self.std_grad is not None:
+            # sum_i dL/dlogp_i ((a-mean)^2/std^2 - 1) / std, and -entropy_coef / std from the entropy bonus
+            per_dim = (
+                torch.mv(sq.t(), dloss_dlogp).mul_(inv_var).sub_(dloss_dlogp.sum()).sub_(alg.entropy_coef)
+            )
+            torch.mul(per_dim.div_(std), dstd_dparam, out=self.std_grad)
+
+        value_loss, grad_values = self._value_loss(values, batch, n)
+        grad_values.mul_(alg.value_loss_coef)
+
+        self.actor.backward(grad_mean, actor_inputs)
+        self.critic.backward(grad_values, critic_inputs)
+
+        kl = None
+        if alg.desired_kl is not None and alg.schedule == "adaptive":
+            kl = self._mean_kl(batch.old_distribution_params, mean, std)
+        terms = torch.stack((surrogate_loss, value_loss, entropy)).float()
+        return terms, kl
+
+    def _value_loss(self, values: torch.Tensor, batch, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The value loss and its derivative with respect to the values (n x 1)."""
+        returns = batch.returns
+        error = values - returns
+        if not self.alg.use_clipped_value_loss:
+            return error.square().mean(), error.mul(2.0 / n)
+        eps = self.alg.clip_param
+        delta = values - batch.values
+        clipped_error = batch.values + delta.clamp(-eps, eps) - returns
+        sq, sq_clipped = error.square(), clipped_error.square()
+        # torch.max's gradient: all to the larger branch, half to each when equal; clamp's: 0 outside its range.
+        weight = (sq > sq_clipped).to(values.dtype).add_((sq == sq_clipped).to(values.dtype), alpha=0.5)
+        inside = (delta >= -eps) & (delta <= eps)
+        grad = error.mul(weight).add_(clipped_error.mul_(1.0 - weight).mul_(inside)).mul_(2.0 / n)
+        return torch.maximum(sq, sq_clipped).mean(), grad
+
+    @staticmethod
+    def _mean_kl(old_params, mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
+        """Mean over the batch of KL(old || new), summed over action dimensions (torch's Normal-Normal formula)."""
+        old_mean, old_std = old_params
+        var_ratio = (old_std / std).pow(2)
+        t1 = ((old_mean - mean) / std).pow(2)
+        return (0.5 * (var_ratio + t1 - 1.0 - var_ratio.log())).sum(-1).mean()
