@@ -90,11 +90,17 @@ class _Network:
         g = grad_output
         for i in range(len(self.layers) - 1, -1, -1):
             layer, x = self.layers[i], inputs[i]
-            torch.mm(g.t(), x, out=layer.weight_grad)
+            weight = layer.linear.weight
+            if weight.shape[1] * 4 <= weight.shape[0]:
+                # Few inputs, many outputs (the first layer): MKL computes x^T g several times faster than g^T x
+                # here (Cartpole's 5 -> 64 at 384 rows: 10 us against 35; 48 -> 512 at 1,536: 860 against 1,120).
+                layer.weight_grad.copy_(torch.mm(x.t(), g).t())
+            else:
+                torch.mm(g.t(), x, out=layer.weight_grad)
             torch.sum(g, dim=0, out=layer.bias_grad)
             if i == 0:
                 break
-            g = torch.mm(g, layer.linear.weight)
+            g = torch.mm(g, weight)
             # The derivative of the previous layer's activation, from its output (= this layer's input).
             previous = self.layers[i - 1]
             if previous.activation == "elu":
