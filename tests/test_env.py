@@ -123,3 +123,16 @@ def test_setting_episode_lengths_writes_into_the_buffer_the_step_updates(env):
     env.step(torch.zeros(env.num_envs, env.num_actions))
     assert (buffer[~env.extras["time_outs"]] >= 1).all()
     assert (buffer == 4).any()
+
+
+def test_skipping_the_reset_work_in_steps_where_no_episode_ends_changes_no_state():
+    skipping, resetting = make_env(), make_env()
+    assert skipping._skip_idle_resets  # on CPU
+    resetting._skip_idle_resets = False
+    resetting.sim.qpos.copy_(skipping.sim.qpos)
+    resetting.sim.qvel.copy_(skipping.sim.qvel)
+    for _ in range(5):
+        obs_a, rew_a, dones_a, _ = skipping.step(torch.zeros(NUM_ENVS, 1))
+        obs_b, rew_b, dones_b, _ = resetting.step(torch.zeros(NUM_ENVS, 1))
+        assert not dones_a.any() and torch.equal(dones_a, dones_b)
+        assert torch.equal(obs_a["actor"], obs_b["actor"]) and torch.equal(rew_a, rew_b)

@@ -22,6 +22,16 @@ class CartpoleEnv(MujocoVecEnv):
     def build_model(self) -> mujoco.MjModel:
         return mujoco.MjModel.from_xml_path(str(asset_path("cartpole.xml")))
 
+    def setup(self) -> None:
+        cfg = self.cfg
+        center = torch.pi if cfg.swingup else 0.0
+        half = torch.tensor(
+            [cfg.init_position_range, cfg.init_angle_range, cfg.init_velocity_range, cfg.init_velocity_range],
+            device=self.device,
+        )
+        self._init_low = torch.tensor([0.0, center, 0.0, 0.0], device=self.device) - half
+        self._init_width = 2.0 * half
+
     # Observations, rewards and terminations read qpos/qvel only: no extra forward pass needed.
     def compute_observations(self) -> dict[str, torch.Tensor]:
         x, theta = self.sim.qpos[:, 0], self.sim.qpos[:, 1]
@@ -46,20 +56,13 @@ class CartpoleEnv(MujocoVecEnv):
         return off_rail | (self.sim.qpos[:, 1].abs() > self.cfg.max_pole_angle)
 
     def randomize_reset_state(self, mask: torch.Tensor) -> None:
-        cfg = self.cfg
-        n = self.num_envs
-        center = torch.pi if cfg.swingup else 0.0
-        qpos = torch.stack(
-            (
-                _uniform(n, cfg.init_position_range, self.device),
-                center + _uniform(n, cfg.init_angle_range, self.device),
-            ),
-            dim=1,
+        # Uniform in [low, low + width) per column of (x, theta, x_dot, theta_dot): one draw for all four.
+        initial = torch.addcmul(
+            self._init_low, torch.rand(self.num_envs, 4, device=self.device), self._init_width
         )
-        qvel = _uniform((n, 2), cfg.init_velocity_range, self.device)
         m = mask.unsqueeze(1)
-        self.sim.qpos.copy_(torch.where(m, qpos, self.sim.qpos))
-        self.sim.qvel.copy_(torch.where(m, qvel, self.sim.qvel))
+        self.sim.qpos.copy_(torch.where(m, initial[:, :2], self.sim.qpos))
+        self.sim.qvel.copy_(torch.where(m, initial[:, 2:], self.sim.qvel))
 
     # Reward terms, each in [0, 1].
     def _reward_upright(self) -> torch.Tensor:
@@ -82,7 +85,3 @@ class CartpoleEnv(MujocoVecEnv):
             * (1.0 + self._reward_small_velocity())
             / 20.0
         )
-
-
-def _uniform(shape, half_range: float, device) -> torch.Tensor:
-    return (torch.rand(shape, device=device) * 2.0 - 1.0) * half_range
