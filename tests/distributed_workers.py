@@ -89,6 +89,38 @@ def averaged_update(plan, out_dir: str) -> dict:
     saved["initial_critic"] = {k: v.clone() for k, v in runner.alg.critic.state_dict().items()}
     runner.alg.update()
     saved["final_actor"] = runner.alg.get_policy().state_dict()
+    saved["transport"] = "shared memory" if runner.alg._host_reduce is not None else "gloo"
     torch.save(saved, pathlib.Path(out_dir) / f"rank{ctx.rank}.pt")
     dist.barrier()
     return {"rank": ctx.rank}
+
+
+def shared_memory_rounds(plan, rounds: int) -> dict:
+    """`rounds` shared-memory sums of rank-dependent buffers, the ranks arriving out of step; every rank's result."""
+    import random
+    import time
+
+    from mjfleet.rl.shm_reduce import SharedMemoryReduce
+
+    ctx = WorkerContext.from_env(plan)
+    setup_worker(ctx, plan)
+    assert SharedMemoryReduce.available()
+    reduce = SharedMemoryReduce(1000)
+    jitter = random.Random(ctx.rank)
+    wrong = 0
+    for i in range(rounds):
+        time.sleep(jitter.random() * 1e-3)  # arrive early or late: a rank may be a whole round ahead
+        buffer = torch.arange(1000, dtype=torch.float32) * (ctx.rank + 1) + i
+        reduce.reduce(buffer)
+        expected = torch.arange(1000, dtype=torch.float32) * 3 + 2 * i  # ranks 0 and 1: factors 1 + 2
+        wrong += int(not torch.equal(buffer, expected))
+    late = SharedMemoryReduce(10, timeout_s=0.5)
+    timed_out = ""
+    if ctx.rank == 1:  # rank 0 never comes: rank 1 must give up with a clear error, not hang
+        try:
+            late.reduce(torch.zeros(10))
+        except RuntimeError as exc:
+            timed_out = str(exc)
+    results: list = [None] * dist.get_world_size()
+    dist.all_gather_object(results, {"wrong": wrong, "timed_out": timed_out})
+    return results

@@ -40,11 +40,15 @@ def test_without_gradient_averaging_the_ranks_drift_apart(plan):
     assert not result["params_identical"]
 
 
-def test_averaged_update_equals_one_process_update_on_both_ranks_data(plan, tmp_path):
+@pytest.mark.parametrize("transport", ["shared memory", "gloo"])
+def test_averaged_update_equals_one_process_update_on_both_ranks_data(plan, tmp_path, monkeypatch, transport):
     import distributed_workers as w
 
+    if transport == "gloo":  # what CPU workers on several hosts use
+        monkeypatch.setenv("MJFLEET_SHM_REDUCE", "0")
     run_workers(plan, w.averaged_update, plan, str(tmp_path), log_dir="")
     ranks = [torch.load(tmp_path / f"rank{r}.pt", weights_only=False) for r in (0, 1)]
+    assert [r["transport"] for r in ranks] == [transport, transport]
     assert torch.equal(ranks[0]["final_actor"]["mlp.0.weight"], ranks[1]["final_actor"]["mlp.0.weight"])
 
     single = w.build_runner(2 * w.NUM_ENVS, seed=0, single_update=True)
@@ -65,6 +69,14 @@ def test_averaged_update_equals_one_process_update_on_both_ranks_data(plan, tmp_
         torch.testing.assert_close(value, ranks[0]["final_actor"][key], atol=2e-5, rtol=1e-4)
     # And the update really moved the parameters.
     assert not torch.equal(ranks[0]["final_actor"]["mlp.0.weight"], ranks[0]["initial_actor"]["mlp.0.weight"])
+
+
+def test_shared_memory_sums_are_exact_in_every_round_and_a_missing_rank_times_out(plan):
+    import distributed_workers as w
+
+    result = run_workers(plan, w.shared_memory_rounds, plan, 200, log_dir="")
+    assert [r["wrong"] for r in result] == [0, 0]
+    assert "rank(s) [0] did not reach" in result[1]["timed_out"]
 
 
 # --------------------------------------------------------------------------- the train command, 2 CPU workers
