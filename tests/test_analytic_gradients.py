@@ -133,3 +133,13 @@ def test_rollout_actions_values_and_log_probabilities_equal_rsl_rl_act(std_type)
     for a, b in zip(ours["distribution_params"], alg.transition.distribution_params, strict=True):
         torch.testing.assert_close(a, b.expand_as(a), rtol=1e-6, atol=1e-7)
     torch.testing.assert_close(alg.action_std, alg.actor.output_std[0], rtol=1e-6, atol=0.0)
+
+
+@pytest.mark.parametrize("alpha", [1.0, 0.5, 1.5])
+def test_elu_equals_torch_elu_within_float32_rounding(alpha):
+    from mjfleet.rl.analytic_gradients import _elu
+
+    x = torch.cat((torch.randn(10_000) * 3, torch.tensor([0.0, -0.0, -1e-8, 1e-8, -80.0, 80.0])))
+    torch.testing.assert_close(
+        _elu(x.clone(), alpha), torch.nn.functional.elu(x, alpha), rtol=1e-6, atol=1e-7
+    )

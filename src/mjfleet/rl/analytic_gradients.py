@@ -49,6 +49,23 @@ def _activation_kind(module: nn.Module) -> tuple[str, float] | None:
     return None
 
 
+def _elu(x: torch.Tensor, alpha: float) -> torch.Tensor:
+    """ELU as max(x, alpha (exp(min(x, 0)) - 1)), equal to torch's elu within float32 rounding.
+
+    torch's CPU elu evaluates expm1, which in this build is ~7x slower than exp (1,536 x 512 on one thread: 4.9
+    ms against 0.9 ms for these four operations); it was 28% of the quadruped's update. exp(x) - 1 differs from
+    expm1(x) by at most ~6e-8 (relative precision is lost only where the result is tiny). For alpha <= 1 the
+    negative branch is >= x everywhere and 0 for x >= 0, so the maximum selects the right branch (a maximum
+    runs ~40x faster than torch.where with a mask here); larger alphas use torch's elu.
+    """
+    if not 0.0 < alpha <= 1.0:
+        return torch.nn.functional.elu(x, alpha)
+    negative = x.clamp_max(0.0).exp_().sub_(1.0)
+    if alpha != 1.0:
+        negative.mul_(alpha)
+    return torch.maximum(x, negative, out=negative)
+
+
 class _Network:
     """An rsl_rl MLP (Linear, activation, ..., Linear) run forward and backward by hand."""
 
@@ -78,7 +95,7 @@ class _Network:
             inputs.append(x)
             x = torch.addmm(layer.linear.bias, x, layer.linear.weight.t())
             if layer.activation == "elu":
-                x = torch.nn.functional.elu(x, layer.alpha)
+                x = _elu(x, layer.alpha)
             elif layer.activation == "relu":
                 x = torch.relu(x)
             elif layer.activation == "tanh":
