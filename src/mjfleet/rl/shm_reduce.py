@@ -53,6 +53,9 @@ class SharedMemoryReduce:
         dist.barrier()
         if self.rank == 0:
             path.unlink()
+        pids: list[int | None] = [None] * self.world
+        dist.all_gather_object(pids, os.getpid())
+        self._peers = {rank: pid for rank, pid in enumerate(pids) if rank != self.rank}
         self._flags = raw[:flag_bytes].view(torch.int64)[::_FLAG_STRIDE].numpy()
         self._banks = raw[flag_bytes:].view(dtype).view(2, self.world, numel)
         self._round = 0
@@ -96,10 +99,24 @@ class SharedMemoryReduce:
                 continue
             os.sched_yield()  # another process may need this core (more workers than cores)
             if spins % 10_000 == 0:
+                late = [r for r in range(self.world) if flags[r] < round_]
+                gone = [r for r in late if r in self._peers and not _alive(self._peers[r])]
+                if gone:  # gloo would see the connection drop; here the process has to be looked at
+                    raise RuntimeError(f"rank(s) {gone} exited before gradient reduction {round_}")
                 now = time.monotonic()
                 deadline = deadline or now + self.timeout_s
                 if now > deadline:
-                    late = [r for r in range(self.world) if flags[r] < round_]
                     raise RuntimeError(
                         f"rank(s) {late} did not reach gradient reduction {round_} within {self.timeout_s:.0f} s"
                     )
+
+
+def _alive(pid: int) -> bool:
+    """Whether process `pid` is running (not gone, not a zombie waiting for its parent)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return False
+    except OSError:
+        return True  # cannot tell: let the timeout decide

@@ -1,0 +1,35 @@
+"""SharedMemoryReduce when a peer is gone: two real processes in one gloo group (no simulator needed)."""
+
+import pathlib
+
+import pytest
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from mjfleet.rl.shm_reduce import SharedMemoryReduce
+
+
+def _peer_exits(rank: int, store: str, out: str) -> None:
+    import torch
+
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=2)
+    reduce = SharedMemoryReduce(8, timeout_s=120.0)
+    buffer = torch.ones(8)
+    reduce.reduce(buffer)  # one round together
+    if rank == 0:
+        return  # exits without reaching the next round
+    try:
+        reduce.reduce(buffer)
+        message = "returned"
+    except RuntimeError as exc:
+        message = str(exc)
+    pathlib.Path(out).write_text(f"{buffer.tolist()}|{message}")
+
+
+@pytest.mark.skipif(not SharedMemoryReduce.supported_here(), reason="shared-memory reduction needs x86 Linux")
+def test_a_rank_that_exits_is_reported_long_before_the_timeout(tmp_path):
+    out = tmp_path / "rank1.txt"
+    mp.spawn(_peer_exits, args=(str(tmp_path / "store"), str(out)), nprocs=2)
+    summed, message = out.read_text().split("|")
+    assert summed == str([2.0] * 8)  # the first round summed both ranks
+    assert message == "rank(s) [0] exited before gradient reduction 2"
