@@ -104,7 +104,7 @@ def shared_memory_rounds(plan, rounds: int) -> dict:
 
     ctx = WorkerContext.from_env(plan)
     setup_worker(ctx, plan)
-    assert SharedMemoryReduce.available()
+    assert SharedMemoryReduce.available(1000)
     reduce = SharedMemoryReduce(1000)
     jitter = random.Random(ctx.rank)
     wrong = 0

@@ -137,9 +137,9 @@ class WorkerPlan:
         return f"GPU{'s' if len(self.gpu_ids) > 1 else ''} {gpus}{per_host}, {workers} (nccl){where}"
 
     def _cpu_transport(self) -> str:
-        from mjfleet.rl.shm_reduce import SharedMemoryReduce
+        from mjfleet.rl.shm_reduce import MAX_WORKERS, SharedMemoryReduce
 
-        if len(self.hosts) == 1 and SharedMemoryReduce.supported_here():
+        if len(self.hosts) == 1 and self.world_size <= MAX_WORKERS and SharedMemoryReduce.supported_here():
             return "gloo, gradients through shared memory"
         return "gloo"
 

@@ -131,7 +131,9 @@ class FleetPPO(PPO):
     @functools.cached_property
     def _host_reduce(self) -> SharedMemoryReduce | None:
         """CPU workers all on one host: reduce_parameters sums through shared memory (mjfleet.rl.shm_reduce)."""
-        if torch.device(self.device).type != "cpu" or not SharedMemoryReduce.available():
+        if torch.device(self.device).type != "cpu" or not SharedMemoryReduce.available(
+            self._flat.numel(), self._flat.dtype
+        ):
             return None
         return SharedMemoryReduce(self._flat.numel(), self._flat.dtype)
 

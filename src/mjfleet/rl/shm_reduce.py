@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 import pathlib
 import platform
+import shutil
 import time
 import uuid
 
@@ -28,6 +29,8 @@ import torch.distributed as dist
 _FLAG_STRIDE = 8  # int64s: one 64-byte cache line per rank's flag
 _SPINS_BEFORE_YIELD = 200
 _X86 = {"x86_64", "amd64", "i386", "i686"}
+MAX_WORKERS = 16
+"""Beyond this many ranks every rank summing every slot reads too much memory; gloo's ring takes over."""
 
 
 class SharedMemoryReduce:
@@ -37,9 +40,8 @@ class SharedMemoryReduce:
         self.rank, self.world = dist.get_rank(), dist.get_world_size()
         self.numel = numel
         self.timeout_s = timeout_s
-        itemsize = torch.empty(0, dtype=dtype).element_size()
         flag_bytes = self.world * _FLAG_STRIDE * 8
-        size = flag_bytes + 2 * self.world * numel * itemsize
+        size = _mapping_bytes(self.world, numel, dtype)
         # Rank 0 names and sizes the file; every rank maps it; once all have, it is unlinked (the mappings stay),
         # so nothing is left in /dev/shm however the run ends.
         names = [f"/dev/shm/mjfleet-reduce-{uuid.uuid4().hex}" if self.rank == 0 else None]
@@ -70,16 +72,21 @@ class SharedMemoryReduce:
         )
 
     @classmethod
-    def available(cls) -> bool:
-        """Whether the current process group uses it: gloo, every rank on this host, `supported_here`.
-        Collective: every rank calls it, and they all get the same answer."""
-        if not (dist.is_initialized() and dist.get_backend() == "gloo" and dist.get_world_size() > 1):
+    def available(cls, numel: int, dtype: torch.dtype = torch.float32) -> bool:
+        """Whether the current process group uses it for `numel` elements: gloo, 2-16 ranks all on this host,
+        `supported_here`, and /dev/shm with room for the mapping twice over (a full /dev/shm would kill the
+        workers with SIGBUS, not fail cleanly). Collective: every rank calls it and all get the same answer."""
+        world = dist.get_world_size() if dist.is_initialized() else 1
+        if not (dist.is_initialized() and dist.get_backend() == "gloo" and 1 < world <= MAX_WORKERS):
             return False
         if not cls.supported_here():
             return False
-        hosts: list[str | None] = [None] * dist.get_world_size()
-        dist.all_gather_object(hosts, platform.node())  # collective: every rank decides the same
-        return len(set(hosts)) == 1
+        free = shutil.disk_usage("/dev/shm").free
+        views: list[tuple[str, int] | None] = [None] * world
+        dist.all_gather_object(views, (platform.node(), free))  # collective: every rank decides the same
+        hosts = {host for host, _ in views}  # type: ignore[misc]
+        room = min(f for _, f in views)  # type: ignore[misc]
+        return len(hosts) == 1 and room >= 2 * _mapping_bytes(world, numel, dtype)
 
     def reduce(self, buffer: torch.Tensor) -> None:
         self._round += 1
@@ -109,6 +116,11 @@ class SharedMemoryReduce:
                     raise RuntimeError(
                         f"rank(s) {late} did not reach gradient reduction {round_} within {self.timeout_s:.0f} s"
                     )
+
+
+def _mapping_bytes(world: int, numel: int, dtype: torch.dtype) -> int:
+    """Flags (one cache line per rank) and two banks of one slot per rank."""
+    return world * _FLAG_STRIDE * 8 + 2 * world * numel * torch.empty(0, dtype=dtype).element_size()
 
 
 def _alive(pid: int) -> bool:
