@@ -174,15 +174,22 @@ class AnalyticMinibatch:
         except (_Unsupported, AttributeError, KeyError):
             return None
 
-    def std(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """The standard deviation (as GaussianDistribution.update computes it) and d(std)/d(parameter)."""
+    def std_terms(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(std, d std / d parameter, 1 / std^2, log std), std as GaussianDistribution.update computes it.
+
+        Computed afresh at every call: the parameter's version counter cannot tell whether it changed (torch's
+        fused Adam writes it without bumping the counter).
+        """
         dist, p = self.dist, self.std_param.detach()
         if dist.std_type == "scalar":
             lo, hi = dist.std_range
-            return p.clamp(lo, hi), ((p >= lo) & (p <= hi)).to(p.dtype)
-        lo, hi = dist.log_std_range
-        std = p.clamp(lo, hi).exp()
-        return std, std * ((p >= lo) & (p <= hi)).to(p.dtype)
+            std = p.clamp(lo, hi)
+            dstd = ((p >= lo) & (p <= hi)).to(p.dtype)
+        else:
+            lo, hi = dist.log_std_range
+            std = p.clamp(lo, hi).exp()
+            dstd = std * ((p >= lo) & (p <= hi)).to(p.dtype)
+        return std, dstd, std.pow(-2), std.log()
 
     @staticmethod
     def _log_prob(sq: torch.Tensor, inv_var: torch.Tensor, log_std: torch.Tensor) -> torch.Tensor:
@@ -195,11 +202,11 @@ class AnalyticMinibatch:
         computes them (the same draw: mean + std * N(0, 1), like GaussianDistribution.sample)."""
         mean, _ = self.actor.forward(obs)
         values, _ = self.critic.forward(obs)
-        std, _ = self.std()
+        std, _, inv_var, log_std = self.std_terms()
         noise = torch.randn_like(mean)
         actions = torch.addcmul(mean, std, noise)
         sq = (actions - mean).square_()
-        log_prob = self._log_prob(sq, std.pow(-2), std.log())
+        log_prob = self._log_prob(sq, inv_var, log_std)
         return actions, values, log_prob, (mean, std.expand_as(mean))
 
     @torch.no_grad()
@@ -208,11 +215,9 @@ class AnalyticMinibatch:
         n = batch.actions.shape[0]
         mean, actor_inputs = self.actor.forward(batch.observations)
         values, critic_inputs = self.critic.forward(batch.observations)
-        std, dstd_dparam = self.std()
+        std, dstd_dparam, inv_var, log_std = self.std_terms()
 
         diff = batch.actions - mean
-        inv_var = std.pow(-2)
-        log_std = std.log()
         sq = diff.square()
         log_prob = self._log_prob(sq, inv_var, log_std)
         entropy = (0.5 + _LOG_SQRT_2PI + log_std).sum()

@@ -160,7 +160,7 @@ class FleetPPO(PPO):
     def action_std(self) -> torch.Tensor:
         """The policy's current action standard deviation (per action dimension)."""
         if self._analytic is not None:
-            return self._analytic.std()[0]
+            return self._analytic.std_terms()[0]
         return self.actor.output_std.detach()
 
     # ------------------------------------------------------------------ update
