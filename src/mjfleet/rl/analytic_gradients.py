@@ -57,10 +57,14 @@ def _elu(x: torch.Tensor, alpha: float) -> torch.Tensor:
     expm1(x) by at most ~6e-8 (relative precision is lost only where the result is tiny). For alpha <= 1 the
     negative branch is >= x everywhere and 0 for x >= 0, so the maximum selects the right branch (a maximum
     runs ~40x faster than torch.where with a mask here); larger alphas use torch's elu.
+
+    The input is also clamped below at -20: exp(x) - 1 rounds to -1 in float32 for every x < -17.3 anyway, and
+    exp of arguments far below that (hidden pre-activations of +-360 occur) leaves the vectorised fast path
+    (384 x 64: 115 us against 25 us).
     """
     if not 0.0 < alpha <= 1.0:
         return torch.nn.functional.elu(x, alpha)
-    negative = x.clamp_max(0.0).exp_().sub_(1.0)
+    negative = x.clamp(-20.0, 0.0).exp_().sub_(1.0)
     if alpha != 1.0:
         negative.mul_(alpha)
     return torch.maximum(x, negative, out=negative)
