@@ -216,13 +216,14 @@ def make_plan(
         devices = (f"cuda:{_index_in_this_process(ids[0], visible)}",)
     else:
         devices = tuple(f"cuda:{k}" for k in range(len(ids)))
+    threads_per_worker = threads or max(1, cores // len(ids))
     return WorkerPlan(
         devices=devices,
         hosts=host_names,
         backend="nccl",
         cuda_visible_devices=",".join(physical),
-        threads_per_worker=threads or max(1, cores // len(ids)),
-        update_threads=threads or max(1, cores // len(ids)),
+        threads_per_worker=threads_per_worker,
+        update_threads=threads_per_worker,
         gpu_ids=ids,
         notice=notice,
     )

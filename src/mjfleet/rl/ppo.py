@@ -183,36 +183,46 @@ class FleetPPO(PPO):
         return {"value": value, "surrogate": surrogate, "entropy": entropy_mean}
 
     def _update_op_by_op(self) -> tuple[torch.Tensor, int]:
-        loss_sums = torch.zeros(3, device=self.device)  # surrogate, value, entropy
-        num_updates = 0
-        analytic = self._analytic
-        if analytic is not None:
-            batches = self._packed_mini_batches()
+        if self._analytic is not None:  # writes every gradient: nothing to zero
+            batches, gradients = self._packed_mini_batches(), self._analytic_gradients
         else:
             batches = self.storage.mini_batch_generator(self.num_mini_batches, self.num_learning_epochs)
+            gradients = self._autograd_gradients
+        loss_sums = torch.zeros(3, device=self.device)  # surrogate, value, entropy
+        num_updates = 0
         for batch in batches:
-            if analytic is not None:  # writes every gradient: nothing to zero
-                terms, kl = analytic(self._normalize_advantages(batch))
-            else:
-                loss, terms, kl = self._minibatch_loss(batch)
-                self._zero_gradients()
-                loss.backward()
+            terms, kl = gradients(batch)
             self._apply_gradients(kl)
             loss_sums += terms
             num_updates += 1
         return loss_sums, num_updates
 
+    def _autograd_gradients(self, batch) -> tuple[torch.Tensor, torch.Tensor | None]:
+        loss, terms, kl = self._minibatch_loss(batch)
+        self._zero_gradients()
+        loss.backward()
+        return terms, kl
+
+    def _analytic_gradients(self, batch) -> tuple[torch.Tensor, torch.Tensor | None]:
+        assert self._analytic is not None
+        return self._analytic(self._normalize_advantages(batch))
+
+    def _minibatch_indices(self) -> list[torch.Tensor]:
+        """rsl_rl's feed-forward minibatches as row indices into the flattened rollout, in update order: one
+        permutation (its randperm call), cut into `num_mini_batches` slices, the same slices every epoch."""
+        size = self.mini_batch_size
+        permutation = torch.randperm(self.num_mini_batches * size, device=self.device)
+        return list(permutation.split(size)) * self.num_learning_epochs
+
     def _packed_mini_batches(self):
-        """rsl_rl's feed-forward minibatches (its permutation call, the same rows), each gathered by one
-        index_select from one matrix that holds every field side by side, instead of one indexing operation
-        per field (the observations a plain dict of its groups)."""
+        """rsl_rl's feed-forward minibatches (the same rows), each gathered by one index_select from one matrix
+        that holds every field side by side, instead of one indexing operation per field (the observations a
+        plain dict of its groups)."""
         st = self.storage
-        mini_batch_size = self.mini_batch_size
-        indices = torch.randperm(self.num_mini_batches * mini_batch_size, device=self.device)
+        indices = self._minibatch_indices()
         rows = st.num_envs * st.num_transitions_per_env
-        obs = st.observations
-        groups = list(obs.keys())
-        fields = [obs[g] for g in groups]
+        groups = list(st.observations.keys())
+        fields = [st.observations[g] for g in groups]
         fields += [
             st.actions,
             st.values,
@@ -225,25 +235,22 @@ class FleetPPO(PPO):
         packed = torch.cat(columns, dim=1)
         widths = [c.shape[1] for c in columns]
         n = len(groups)
-        for _ in range(self.num_learning_epochs):
-            for i in range(self.num_mini_batches):
-                batch = packed.index_select(0, indices[i * mini_batch_size : (i + 1) * mini_batch_size])
-                parts = batch.split(widths, dim=1)
-                yield st.Batch(
-                    observations=dict(zip(groups, parts[:n], strict=True)),
-                    actions=parts[n],
-                    values=parts[n + 1],
-                    advantages=parts[n + 2],
-                    returns=parts[n + 3],
-                    old_actions_log_prob=parts[n + 4],
-                    old_distribution_params=tuple(parts[n + 5 :]),
-                )
+        for index in indices:
+            parts = packed.index_select(0, index).split(widths, dim=1)
+            yield st.Batch(
+                observations=dict(zip(groups, parts[:n], strict=True)),
+                actions=parts[n],
+                values=parts[n + 1],
+                advantages=parts[n + 2],
+                returns=parts[n + 3],
+                old_actions_log_prob=parts[n + 4],
+                old_distribution_params=tuple(parts[n + 5 :]),
+            )
 
     def _update_graphed(self) -> tuple[torch.Tensor, int]:
         """rsl_rl's minibatches (its permutation call, drawn first), each replayed as one recorded CUDA graph."""
         st = self.storage
-        mini_batch_size = self.mini_batch_size
-        indices = torch.randperm(self.num_mini_batches * mini_batch_size, device=self.device)
+        indices = self._minibatch_indices()
         if self._graphed is None:  # recorded at the first update, from its rollout
             # The actor keeps its last distribution, and so the autograd graph of the last op-by-op minibatch (if
             # one ran), whose gradient accumulators are bound to another stream than the capture's: a forward
@@ -252,7 +259,7 @@ class FleetPPO(PPO):
                 self.actor(st.observations[0], stochastic_output=True)
             try:
                 self._graphed = GraphedMinibatch(
-                    st, mini_batch_size, self._minibatch_loss, self._zero_gradients
+                    st, self.mini_batch_size, self._minibatch_loss, self._zero_gradients
                 )
             except Exception as exc:  # an optimisation: run op by op instead, loudly, once
                 torch.cuda.synchronize(self.device)
@@ -262,11 +269,9 @@ class FleetPPO(PPO):
         graphed = self._graphed
         graphed.load(st)
         graphed.loss_sums.zero_()
-        for _ in range(self.num_learning_epochs):
-            for i in range(self.num_mini_batches):
-                kl = graphed.run(indices[i * mini_batch_size : (i + 1) * mini_batch_size])
-                self._apply_gradients(kl)
-        return graphed.loss_sums.clone(), self.num_learning_epochs * self.num_mini_batches
+        for index in indices:
+            self._apply_gradients(graphed.run(index))
+        return graphed.loss_sums.clone(), len(indices)
 
     def _minibatch_loss(self, batch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
         """Forward pass of one minibatch: (loss, [surrogate, value, entropy] detached, mean KL or None)."""

@@ -38,7 +38,6 @@ class SharedMemoryReduce:
 
     def __init__(self, numel: int, dtype: torch.dtype = torch.float32, timeout_s: float = 600.0) -> None:
         self.rank, self.world = dist.get_rank(), dist.get_world_size()
-        self.numel = numel
         self.timeout_s = timeout_s
         flag_bytes = self.world * _FLAG_STRIDE * 8
         size = _mapping_bytes(self.world, numel, dtype)
@@ -99,7 +98,7 @@ class SharedMemoryReduce:
     def _wait_for(self, round_: int) -> None:
         flags = self._flags
         spins = 0
-        deadline = None
+        deadline = time.monotonic() + self.timeout_s
         while flags.min() < round_:
             spins += 1
             if spins < _SPINS_BEFORE_YIELD:
@@ -110,9 +109,7 @@ class SharedMemoryReduce:
                 gone = [r for r in late if r in self._peers and not _alive(self._peers[r])]
                 if gone:  # gloo would see the connection drop; here the process has to be looked at
                     raise RuntimeError(f"rank(s) {gone} exited before gradient reduction {round_}")
-                now = time.monotonic()
-                deadline = deadline or now + self.timeout_s
-                if now > deadline:
+                if time.monotonic() > deadline:
                     raise RuntimeError(
                         f"rank(s) {late} did not reach gradient reduction {round_} within {self.timeout_s:.0f} s"
                     )
