@@ -7,22 +7,17 @@ import pathlib
 import torch
 import torch.distributed as dist
 import warp as wp
+from small_cartpole import cartpole_configs
 
 from mjfleet.launch.worker import WorkerContext, seed_for, setup_worker
 from mjfleet.rl import FleetRunner
-from mjfleet.tasks import get_task
 
 NUM_ENVS = 16
 STEPS = 8
 
 
 def build_runner(num_envs: int, seed: int, *, average_gradients: bool = True, single_update: bool = False):
-    spec = get_task("Cartpole-Balance")
-    cfg = spec.env_config()
-    cfg.num_envs = num_envs
-    agent = spec.agent_config()
-    agent.num_steps_per_env = STEPS
-    agent.logger = "none"
+    spec, cfg, agent = cartpole_configs(num_envs, STEPS)
     agent.consistency_check_interval = 1
     if single_update:  # one full-batch gradient step: comparable with one process holding all the data
         agent.algorithm.num_learning_epochs = 1

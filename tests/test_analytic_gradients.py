@@ -2,21 +2,15 @@
 
 import pytest
 import torch
+from small_cartpole import cartpole_configs
 
 from mjfleet.rl import FleetRunner
 from mjfleet.rl.analytic_gradients import AnalyticMinibatch
-from mjfleet.tasks import get_task
 
 
 def _rollout_runner(activation="elu", std_type="scalar", obs_normalization=False, **ppo):
     """A FleetRunner on 16 Cartpole envs whose storage holds one 8-step rollout."""
-    spec = get_task("Cartpole-Balance")
-    env_cfg = spec.env_config()
-    env_cfg.num_envs = 16
-    env_cfg.episode_length_s = 0.2
-    agent = spec.agent_config()
-    agent.num_steps_per_env = 8
-    agent.logger = "none"
+    spec, env_cfg, agent = cartpole_configs(episode_length_s=0.2)
     for net in (agent.actor, agent.critic):
         net.activation = activation
         net.obs_normalization = obs_normalization

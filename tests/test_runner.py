@@ -4,23 +4,17 @@ import json
 
 import pytest
 import torch
+from small_cartpole import cartpole_configs
 
 from mjfleet.rl import FleetRunner
 from mjfleet.runs import RunDir
-from mjfleet.tasks import get_task
 
 REQUIRED_METRICS = {"iteration", "env_steps", "env_steps_per_s", "mean_return", "mean_episode_length"}
 
 
 def _runner(tmp_path, num_envs=32, iterations_per_save=2, steps=8):
-    spec = get_task("Cartpole-Balance")
-    env_cfg = spec.env_config()
-    env_cfg.num_envs = num_envs
-    env_cfg.episode_length_s = 0.2  # short episodes: several finish in every iteration
-    agent = spec.agent_config()
-    agent.num_steps_per_env = steps
+    spec, env_cfg, agent = cartpole_configs(num_envs, steps, episode_length_s=0.2)
     agent.save_interval = iterations_per_save
-    agent.logger = "none"
     torch.manual_seed(agent.seed)
     run_dir = RunDir.new(agent.experiment_name, root=tmp_path)
     run_dir.create()

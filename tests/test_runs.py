@@ -218,17 +218,12 @@ def test_logger_wandb_without_wandb_installed_is_a_one_line_error(tmp_path, monk
 
 # --------------------------------------------------------------------------- checkpoint contents, in-process
 def _runner(tmp_path, seed):
+    from small_cartpole import cartpole_configs
+
     from mjfleet.rl import FleetRunner
     from mjfleet.runs import RunDir
-    from mjfleet.tasks import get_task
 
-    spec = get_task("Cartpole-Balance")
-    env_cfg = spec.env_config()
-    env_cfg.num_envs = 16
-    env_cfg.episode_length_s = 0.3
-    agent = spec.agent_config()
-    agent.num_steps_per_env = 8
-    agent.logger = "none"
+    spec, env_cfg, agent = cartpole_configs(episode_length_s=0.3)
     agent.actor.obs_normalization = True
     agent.critic.obs_normalization = True
     torch.manual_seed(seed)
