@@ -143,3 +143,40 @@ def test_elu_equals_torch_elu_within_float32_rounding(alpha):
     torch.testing.assert_close(
         _elu(x.clone(), alpha), torch.nn.functional.elu(x, alpha), rtol=1e-6, atol=1e-7
     )
+
+
+def test_rollout_rows_written_by_act_equal_rsl_rl_act_and_process_env_step():
+    """FleetPPO.act writes its row of the storage directly and process_env_step stores only the rest; the stored
+    rollout equals the one rsl_rl's own act and process_env_step store from the same states and draws."""
+    from rsl_rl.algorithms import PPO
+
+    spec, env_cfg, agent = cartpole_configs(episode_length_s=0.1)  # 5-step episodes: time-outs in the rollout
+    torch.manual_seed(3)
+    runner = FleetRunner(spec.make_env(env_cfg), agent, None, "cpu")
+    alg, env = runner.alg, runner.env
+    _perturb(alg, scale=0.05)
+    storages, time_outs = [], 0
+    for act, process in ((alg.act, alg.process_env_step), (lambda o: PPO.act(alg, o), None)):
+        torch.manual_seed(4)
+        obs = env.reset()[0]
+        env.episode_length_buf.zero_()
+        with torch.inference_mode():
+            for _ in range(agent.num_steps_per_env):
+                obs, rewards, dones, extras = env.step(act(obs))
+                time_outs += int(extras["time_outs"].sum())
+                if process is None:
+                    PPO.process_env_step(alg, obs, rewards, dones, extras)
+                else:
+                    process(obs, rewards, dones, extras)
+        st = alg.storage
+        storages.append(
+            {k: getattr(st, k).clone() for k in ("actions", "values", "actions_log_prob", "rewards")}
+        )
+        storages[-1].update(dones=st.dones.clone(), obs=st.observations.clone())
+        storages[-1].update(mean=st.distribution_params[0].clone(), std=st.distribution_params[1].clone())
+        st.clear()
+    assert time_outs > 0
+    ours, theirs = storages
+    assert torch.equal(ours["dones"], theirs["dones"])
+    for key in ("obs", "actions", "values", "actions_log_prob", "rewards", "mean", "std"):
+        torch.testing.assert_close(ours[key], theirs[key], rtol=1e-5, atol=1e-6, msg=key)

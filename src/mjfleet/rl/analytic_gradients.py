@@ -87,17 +87,23 @@ class _Network:
         if self.layers[-1].activation is not None:
             raise _Unsupported("an activation after the output layer")
 
-    def forward(self, obs) -> tuple[torch.Tensor, list[torch.Tensor]]:
-        """The network's output and every layer's input (the first: the normalised observations)."""
+    def forward(self, obs, out: torch.Tensor | None = None) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """The network's output (written into `out` when given) and every layer's input (the first: the
+        normalised observations)."""
         groups = self.model.obs_groups
         if len(groups) == 1:  # MLPModel.get_latent without concatenating a single group
             x = self.model.obs_normalizer(obs[groups[0]])
         else:
             x = self.model.get_latent(obs)
         inputs = []
+        last = self.layers[-1]
         for layer in self.layers:
             inputs.append(x)
-            x = torch.addmm(layer.linear.bias, x, layer.linear.weight.t())
+            linear = layer.linear
+            if layer is last and out is not None:
+                x = torch.addmm(linear.bias, x, linear.weight.t(), out=out)
+                break
+            x = torch.addmm(linear.bias, x, linear.weight.t())
             if layer.activation == "elu":
                 x = _elu(x, layer.alpha)
             elif layer.activation == "relu":
@@ -136,6 +142,17 @@ class _Unsupported(Exception):
     pass
 
 
+@dataclass
+class RolloutSlot:
+    """Where `AnalyticMinibatch.act` writes one rollout step (views of one row of the rollout storage)."""
+
+    actions: torch.Tensor  # (envs, actions)
+    values: torch.Tensor  # (envs, 1)
+    log_prob: torch.Tensor  # (envs, 1)
+    mean: torch.Tensor  # (envs, actions)
+    std: torch.Tensor  # (envs, actions)
+
+
 class AnalyticMinibatch:
     """One PPO minibatch: losses, mean KL, and every trained parameter's gradient, without autograd.
 
@@ -165,6 +182,9 @@ class AnalyticMinibatch:
             covered.add(id(self.std_grad))
         if covered != {id(g) for g in grads.values()}:
             raise _Unsupported("parameters outside the MLPs and the standard deviation")
+        self.policy_changes = 0
+        """Bumped by the owner whenever an optimizer may have changed the parameters (see _rollout_std_terms)."""
+        self._std_cache: tuple[tuple, tuple] | None = None
 
     @classmethod
     def build(cls, alg, grads: dict[nn.Parameter, torch.Tensor]) -> AnalyticMinibatch | None:
@@ -196,22 +216,43 @@ class AnalyticMinibatch:
         return std, dstd, std.pow(-2), std.log()
 
     @staticmethod
-    def _log_prob(sq: torch.Tensor, inv_var: torch.Tensor, log_std: torch.Tensor) -> torch.Tensor:
+    def _log_prob(
+        sq: torch.Tensor, inv_var: torch.Tensor, log_std: torch.Tensor, out: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """log pi(a) = sum_j -(a_j - mean_j)^2 / (2 std_j^2) - log std_j - log sqrt(2 pi), from (a - mean)^2."""
-        return (sq * inv_var * -0.5 - log_std).sum(-1) - _LOG_SQRT_2PI * sq.shape[-1]
+        terms = sq.mul(inv_var).mul_(-0.5).sub_(log_std)
+        return torch.sum(terms, dim=-1, out=out).sub_(_LOG_SQRT_2PI * sq.shape[-1])
+
+    def _rollout_std_terms(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """`std_terms()`, computed once per policy: the rollout's steps share them. The cache is keyed on the
+        parameter's version and storage and on `policy_changes` (bumped by FleetPPO after every update, since a
+        fused optimizer step does not bump the version)."""
+        p = self.std_param
+        key = (p._version, p.data_ptr(), self.policy_changes)
+        if self._std_cache is None or self._std_cache[0] != key:
+            self._std_cache = (key, self.std_terms())
+        return self._std_cache[1]
 
     @torch.no_grad()
-    def act(self, obs) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+    def act(
+        self, obs, out: RolloutSlot | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
         """Sampled actions, values, log-probabilities and (mean, std) for a rollout step, as rsl_rl's PPO.act
-        computes them (the same draw: mean + std * N(0, 1), like GaussianDistribution.sample)."""
-        mean, _ = self.actor.forward(obs)
-        values, _ = self.critic.forward(obs)
-        std, _, inv_var, log_std = self.std_terms()
+        computes them (the same draw: mean + std * N(0, 1), like GaussianDistribution.sample). With `out` every
+        result is written into those tensors (the rollout storage's row) and returned as them."""
+        mean, _ = self.actor.forward(obs, out=None if out is None else out.mean)
+        values, _ = self.critic.forward(obs, out=None if out is None else out.values)
+        std, _, inv_var, log_std = self._rollout_std_terms()
         noise = torch.randn_like(mean)
-        actions = torch.addcmul(mean, std, noise)
-        sq = (actions - mean).square_()
-        log_prob = self._log_prob(sq, inv_var, log_std)
-        return actions, values, log_prob, (mean, std.expand_as(mean))
+        if out is None:
+            actions = torch.addcmul(mean, std, noise)
+            sq = (actions - mean).square_()
+            return actions, values, self._log_prob(sq, inv_var, log_std), (mean, std.expand_as(mean))
+        actions = torch.addcmul(mean, std, noise, out=out.actions)
+        sq = torch.sub(actions, mean, out=noise).square_()
+        self._log_prob(sq, inv_var, log_std, out=out.log_prob.view(-1))
+        out.std.copy_(std.expand_as(mean))
+        return actions, values, out.log_prob, (mean, out.std)
 
     @torch.no_grad()
     def __call__(self, batch) -> tuple[torch.Tensor, torch.Tensor | None]:

@@ -27,11 +27,13 @@ class EpisodeStats:
         self._running[0] = 1.0
         self.current_return = self._running[1]
         self.current_length = self._running[2]
+        self._running_tail = self._running[1:]
         self._ended_sums = torch.zeros(3, device=self.device)  # episodes, return, length
         self._sums: dict[str, torch.Tensor] = {}
         self._packed_keys: tuple[str, ...] = ()
         self._packed_sums = torch.zeros(0, device=self.device)
         self._packed_is_episode = torch.zeros(0, dtype=torch.bool, device=self.device)
+        self._packed_weights = torch.zeros(0, device=self.device)  # the step's count at Episode keys, else 1
         self._last: dict[str, float] = {}
         self._clear()
 
@@ -56,7 +58,7 @@ class EpisodeStats:
         self.current_length += 1
         finished = dones.float()
         self._ended_sums += torch.mv(self._running, finished)
-        self._running[1:] *= 1.0 - finished
+        self._running_tail.mul_(~dones if dones.dtype == torch.bool else 1.0 - finished)
         # Episode_* entries are means over the episodes that ended this step: weight them by that count.
         count = extras.get("episodes_finished")
         log = extras.get("log", {})
@@ -80,7 +82,9 @@ class EpisodeStats:
             self._packed_is_episode = torch.tensor(
                 [k.startswith("Episode") for k in keys], device=self.device
             )
-        weights = torch.where(self._packed_is_episode, count.to(torch.float32), 1.0)
+            with torch.inference_mode(False):  # written in place at every step, inside inference mode or not
+                self._packed_weights = torch.ones(len(keys), device=self.device)
+        weights = self._packed_weights.masked_fill_(self._packed_is_episode, count)
         self._packed_sums.addcmul_(packed.detach().to(self.device, torch.float32), weights)
 
     def collect(self) -> dict[str, float]:

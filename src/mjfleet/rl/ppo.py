@@ -9,7 +9,7 @@ import torch
 import torch.distributed as dist
 from rsl_rl.algorithms import PPO
 
-from mjfleet.rl.analytic_gradients import AnalyticMinibatch
+from mjfleet.rl.analytic_gradients import AnalyticMinibatch, RolloutSlot
 from mjfleet.rl.graphed_update import GraphedMinibatch
 from mjfleet.rl.shm_reduce import SharedMemoryReduce
 
@@ -118,6 +118,8 @@ class FleetPPO(PPO):
             except (RuntimeError, ValueError):  # a device or dtype without a fused kernel: keep the default
                 pass
         self._setup_flat_gradients()
+        self._slot_written = False
+        """`act` wrote the storage's next row (actions, values, log-probabilities, distribution)."""
         self._optimizer_step: FusedAdamStep | None = None
         """The optimizer step without torch.optim's Python around it; rebuilt after the first step of each update."""
         self._analytic: AnalyticMinibatch | None = None
@@ -213,17 +215,69 @@ class FleetPPO(PPO):
             return None
         return self._flat.new_empty(self.gpu_world_size * self._flat.numel())
 
+    def _policy_changed(self) -> None:
+        """The parameters may have changed without their version counters saying so (fused optimizer steps,
+        collectives): values cached for the rollout are recomputed."""
+        if self._analytic is not None:
+            self._analytic.policy_changes += 1
+
+    def broadcast_parameters(self) -> None:
+        super().broadcast_parameters()
+        self._policy_changed()
+
+    def load(self, *args, **kwargs):
+        result = super().load(*args, **kwargs)
+        self._policy_changed()
+        return result
+
     # ----------------------------------------------------------------- rollout
     def act(self, obs):
         """rsl_rl's act (sample, value, log-probability, distribution parameters into the transition); for MLP
-        networks computed by `AnalyticMinibatch.act`, without the module calls and distribution objects."""
+        networks computed by `AnalyticMinibatch.act`, without the module calls and distribution objects, and
+        written straight into the rollout storage's next row (`process_env_step` then stores the observations
+        act saw, the rewards and the dones)."""
         if self._analytic is None:
             return super().act(obs)
+        slot = self._rollout_slot()
         t = self.transition
         t.hidden_states = (None, None)
-        t.actions, t.values, t.actions_log_prob, t.distribution_params = self._analytic.act(obs)
+        t.actions, t.values, t.actions_log_prob, t.distribution_params = self._analytic.act(obs, out=slot)
         t.observations = obs
+        self._slot_written = slot is not None
         return t.actions
+
+    def _rollout_slot(self) -> RolloutSlot | None:
+        """Views of the storage row the next transition goes to (None when the storage is full: rsl_rl's
+        add_transition then raises its overflow error as usual)."""
+        st = self.storage
+        i = st.step
+        if i >= st.num_transitions_per_env or self.rnd is not None:
+            return None
+        if st.distribution_params is None:  # rsl_rl creates them at the first transition: mean and std
+            st.distribution_params = (torch.zeros_like(st.actions), torch.zeros_like(st.actions))
+        mean, std = st.distribution_params
+        return RolloutSlot(st.actions[i], st.values[i], st.actions_log_prob[i], mean[i], std[i])
+
+    def process_env_step(self, obs, rewards, dones, extras) -> None:
+        """rsl_rl's process_env_step; after `act` wrote its row, only the observations `act` saw, the rewards
+        (bootstrapped on time-outs as rsl_rl does: r + gamma * V * time_out) and the dones remain to be stored."""
+        if not self._slot_written:
+            return super().process_env_step(obs, rewards, dones, extras)
+        self._slot_written = False
+        st = self.storage
+        i = st.step
+        for key, value in self.transition.observations.items():  # the observations `act` saw
+            st.observations[key][i].copy_(value)
+        row = st.rewards[i]
+        time_outs = extras.get("time_outs")
+        if time_outs is None:
+            row.copy_(rewards.view(-1, 1))
+        else:
+            torch.mul(st.values[i], time_outs.unsqueeze(1).to(self.device), out=row)
+            row.mul_(self.gamma).add_(rewards.view(-1, 1))
+        st.dones[i].copy_(dones.view(-1, 1))
+        st.step = i + 1
+        self.transition.clear()
 
     @property
     def action_std(self) -> torch.Tensor:
@@ -249,6 +303,7 @@ class FleetPPO(PPO):
         obs = self.storage.observations.flatten(0, 1)
         self._update_normalization(obs)
         self.storage.clear()
+        self._policy_changed()
         surrogate, value, entropy_mean = (loss_sums / max(num_updates, 1)).tolist()
         return {"value": value, "surrogate": surrogate, "entropy": entropy_mean}
 
