@@ -79,7 +79,18 @@ class MujocoVecEnv(VecEnv):
         self._reward_names = list(self.reward_weights)
         self._reward_terms = [getattr(self, f"_reward_{name}") for name in self._reward_names]
         self._reward_weight_column = torch.tensor(list(self.reward_weights.values()), device=dev).unsqueeze(1)
-        self._episode_sums = torch.zeros(len(self._reward_names), n, device=dev)
+        # The episode log in one matrix-vector product with the mask of episodes that end: rows are each reward
+        # term's running episode sum, this step's time-out flags, and ones (which count the episodes that end).
+        k = len(self._reward_names)
+        self._log_rows = torch.zeros(k + 2, n, device=dev)
+        self._log_rows[-1] = 1.0
+        self._episode_sums = self._log_rows[:k]
+        self._time_out_row = self._log_rows[k]
+        self._log_keys = (
+            *(f"Episode_Reward/{name}" for name in self._reward_names),
+            "Episode_Termination/time_out",
+            NAN_RESETS_KEY,
+        )
         self.extras: dict = {"log": {}}
         # Recorded at the second step: the first, op by op, doubles as torch's warm-up.
         self._capture_after_this_step = cfg.capture_step and self.sim.captured and self.device.type == "cuda"
@@ -180,15 +191,20 @@ class MujocoVecEnv(VecEnv):
         self.post_physics_step()
 
         # A world whose physics blew up is terminated and reset; training goes on. (A NaN or infinity anywhere in
-        # a world's state makes the sum of its qpos and qvel non-finite: one check instead of one per entry.)
-        diverged = ~torch.isfinite(self.sim.qpos.sum(dim=1) + self.sim.qvel.sum(dim=1))
+        # a world's state makes the sum of its qpos and qvel non-finite, and then s - s is NaN, never 0: one check
+        # per world, in two operations where ~isfinite takes five.)
+        state_sum = self.sim.qpos.sum(dim=1) + self.sim.qvel.sum(dim=1)
+        diverged = (state_sum - state_sum) != 0.0
         self.terminated = self.compute_terminations() | diverged
         self.time_outs = (self.episode_length_buf >= self.max_episode_length) & ~self.terminated
         dones = self.terminated | self.time_outs
         self.rewards = torch.nan_to_num(self._compute_rewards(), nan=0.0, posinf=0.0, neginf=0.0)
 
-        log = self._episode_log(dones)
-        log[NAN_RESETS_KEY] = diverged.sum(dtype=torch.float32)
+        # Every log value in one float32 vector (the dict's values are views of it): EpisodeStats accumulates it
+        # with one operation instead of one per key.
+        means, finished = self._episode_log(dones)
+        packed = torch.cat((means, diverged.sum(dtype=torch.float32).view(1)))
+        log = dict(zip(self._log_keys, packed.unbind(), strict=True))
         # On a CPU reading `dones` costs nothing, so a step in which no episode ends skips the reset work (kernels
         # over every world, the randomisation's draws); on a GPU the read would stall the queued work.
         if not self._skip_idle_resets or bool(dones.any()):
@@ -197,12 +213,10 @@ class MujocoVecEnv(VecEnv):
             self.sim.forward()
         self.last_actions.copy_(self.actions)
         self._obs = self._observation_dict()
-        finished = dones.sum()
         self.finish_step(log, finished)
-        # One float32 vector of every log value (the dict's values are views of it): EpisodeStats accumulates
-        # it with one operation instead of one per key.
-        packed = torch.stack([v if v.dtype == torch.float32 else v.float() for v in log.values()])
-        log = dict(zip(log, packed.unbind(), strict=True))
+        if len(log) > len(packed):  # entries the task added
+            added = [v.to(torch.float32) for v in list(log.values())[len(packed) :]]
+            packed = torch.cat((packed, torch.stack(added)))
         self.extras = {
             "time_outs": self.time_outs,
             "log": log,
@@ -226,16 +240,13 @@ class MujocoVecEnv(VecEnv):
         self._episode_sums += terms
         return terms.sum(dim=0)
 
-    def _episode_log(self, dones: torch.Tensor) -> dict[str, torch.Tensor]:
-        """Means over the episodes that end in this step (zero when none does), reduced on device."""
-        finished = dones.float()
-        count = finished.sum().clamp(min=1.0)
-        means = torch.mv(self._episode_sums, finished) / count
-        log = {
-            f"Episode_Reward/{name}": m for name, m in zip(self._reward_names, means.unbind(), strict=True)
-        }
-        log["Episode_Termination/time_out"] = self.time_outs.float().sum() / count
-        return log
+    def _episode_log(self, dones: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(each reward term's episode sum and the time-out share, as means over the episodes that end in this
+        step (zero when none does); the number of episodes that end (float32)), reduced on device."""
+        self._time_out_row.copy_(self.time_outs)
+        totals = torch.mv(self._log_rows, dones.float())
+        finished = totals[-1]
+        return totals[:-1] / finished.clamp(min=1.0), finished
 
     def _reset_envs(self, mask: torch.Tensor) -> None:
         self.sim.reset(mask)
