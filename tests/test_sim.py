@@ -58,8 +58,24 @@ def test_masked_reset_touches_only_masked_worlds(cartpole_model):
     assert torch.equal(sim.qvel[~mask], before_qvel[~mask])
 
 
-def test_matches_mujoco_c_within_float32_tolerance_over_150_steps(cartpole_model):
+def _implicitly_damped() -> mujoco.MjModel:
+    """The same cart-pole, its damping integrated implicitly by Euler: it needs the constraint solver's output."""
+    model = mujoco.MjModel.from_xml_path(str(asset_path("cartpole.xml")))
+    model.opt.disableflags &= ~int(mujoco.mjtDisableBit.mjDSBL_EULERDAMP)
+    return model
+
+
+@pytest.mark.parametrize(
+    "variant, buffers",
+    [("as shipped", "none"), ("implicit damping", "default")],
+)
+def test_matches_mujoco_c_within_float32_tolerance_over_150_steps(cartpole_model, variant, buffers):
+    """The shipped cart-pole runs without constraint buffers (mujoco_warp skips its solver); a variant whose
+    integrator reads the solver's output keeps them. Both step like MuJoCo's C implementation."""
+    if variant != "as shipped":
+        cartpole_model = _implicitly_damped()
     sim = Simulation(cartpole_model, NUM_WORLDS)
+    assert (sim.data.njmax == 0 and sim.data.naconmax == 0) == (buffers == "none")
     _set_initial_state(sim)
     data = [mujoco.MjData(cartpole_model) for _ in range(NUM_WORLDS)]
     for w, d in enumerate(data):
@@ -99,3 +115,22 @@ def test_forward_updates_body_positions_from_qpos(cartpole_model):
 def test_rejects_empty_world_count(cartpole_model):
     with pytest.raises(ValueError, match="num_worlds"):
         Simulation(cartpole_model, 0)
+
+
+def test_constraint_buffers_are_dropped_only_when_nothing_can_need_them(cartpole_model):
+    from mjfleet.sim import needs_no_constraint_buffers
+
+    disable = mujoco.mjtDisableBit
+    assert needs_no_constraint_buffers(cartpole_model)
+    assert not needs_no_constraint_buffers(_implicitly_damped())
+    for bit in (disable.mjDSBL_CONTACT, disable.mjDSBL_CONSTRAINT):  # contacts or constraints possible
+        model = mujoco.MjModel.from_xml_path(str(asset_path("cartpole.xml")))
+        model.opt.disableflags &= ~int(bit)
+        assert not needs_no_constraint_buffers(model)
+    model = mujoco.MjModel.from_xml_path(str(asset_path("cartpole.xml")))
+    model.opt.integrator = mujoco.mjtIntegrator.mjINT_IMPLICITFAST
+    assert not needs_no_constraint_buffers(model)
+    model.opt.integrator = mujoco.mjtIntegrator.mjINT_RK4
+    assert needs_no_constraint_buffers(model)
+    quadruped = mujoco.MjModel.from_xml_path(str(asset_path("quadruped.xml")))
+    assert not needs_no_constraint_buffers(quadruped)
