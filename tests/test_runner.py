@@ -108,3 +108,27 @@ def test_fleet_ppo_update_equals_rsl_rl_ppo_update_on_the_same_rollout(tmp_path)
         theirs_state = their_model.state_dict()
         for key, value in ours_model.state_dict().items():
             torch.testing.assert_close(value, theirs_state[key], atol=1e-6, rtol=1e-5)
+
+
+@pytest.mark.parametrize("per_minibatch", [False, True])
+def test_returns_and_advantages_equal_rsl_rl_compute_returns(tmp_path, per_minibatch):
+    import copy
+
+    from rsl_rl.algorithms import PPO
+
+    runner, _ = _runner(tmp_path, steps=16)  # 0.2 s episodes = 10 steps: terminal steps inside the rollout
+    alg = runner.alg
+    alg.normalize_advantage_per_mini_batch = per_minibatch
+    obs = runner.env.get_observations()
+    with torch.inference_mode():
+        for _ in range(runner.cfg["num_steps_per_env"]):
+            obs, rewards, dones, extras = runner.env.step(alg.act(obs))
+            alg.process_env_step(obs, rewards, dones, extras)
+        assert alg.storage.dones.any()
+        reference = copy.deepcopy(alg)
+        alg.compute_returns(obs)
+        PPO.compute_returns(reference, obs)
+    for name in ("returns", "advantages"):
+        ours, theirs = getattr(alg.storage, name), getattr(reference.storage, name)
+        assert not torch.equal(ours, torch.zeros_like(ours))
+        torch.testing.assert_close(ours, theirs, rtol=0.0, atol=0.0)
