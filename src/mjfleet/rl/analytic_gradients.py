@@ -27,6 +27,7 @@ from torch import nn
 from mjfleet.rl.distribution import GaussianDistribution
 
 _LOG_SQRT_2PI = math.log(math.sqrt(2.0 * math.pi))
+_LOG2_E = 1.0 / math.log(2.0)
 _GAUSSIANS = (RslGaussian, GaussianDistribution)
 
 
@@ -60,11 +61,12 @@ def _elu(x: torch.Tensor, alpha: float) -> torch.Tensor:
 
     The input is also clamped below at -20: exp(x) - 1 rounds to -1 in float32 for every x < -17.3 anyway, and
     exp of arguments far below that (hidden pre-activations of +-360 occur) leaves the vectorised fast path
-    (384 x 64: 115 us against 25 us).
+    (384 x 64: 115 us against 25 us). And exp(x) is evaluated as exp2(x log2(e)): torch's exp2 is 2.6x faster than
+    its exp here (384 x 64: 8 against 21 us) and agrees with it within 2.4e-7 relative.
     """
     if not 0.0 < alpha <= 1.0:
         return torch.nn.functional.elu(x, alpha)
-    negative = x.clamp(-20.0, 0.0).exp_().sub_(1.0)
+    negative = x.clamp(-20.0, 0.0).mul_(_LOG2_E).exp2_().sub_(1.0)
     if alpha != 1.0:
         negative.mul_(alpha)
     return torch.maximum(x, negative, out=negative)
@@ -205,14 +207,14 @@ class AnalyticMinibatch:
         fused Adam writes it without bumping the counter).
         """
         dist, p = self.dist, self.std_param.detach()
+        # clamp's derivative is 1 inside its range, bounds included, and 0 outside: where the clamp left p as is.
         if dist.std_type == "scalar":
-            lo, hi = dist.std_range
-            std = p.clamp(lo, hi)
-            dstd = ((p >= lo) & (p <= hi)).to(p.dtype)
+            std = p.clamp(*dist.std_range)
+            dstd = (std == p).to(p.dtype)
         else:
-            lo, hi = dist.log_std_range
-            std = p.clamp(lo, hi).exp()
-            dstd = std * ((p >= lo) & (p <= hi)).to(p.dtype)
+            log_std = p.clamp(*dist.log_std_range)
+            std = log_std.exp()
+            dstd = std * (log_std == p)
         return std, dstd, std.pow(-2), std.log()
 
     @staticmethod
@@ -268,16 +270,16 @@ class AnalyticMinibatch:
         entropy = (0.5 + _LOG_SQRT_2PI + log_std).sum()
 
         # Clipped surrogate: mean(max(-A r, -A clip(r))), r = exp(log pi - log pi_old).
-        # d/dr = -A where r is inside the clip range (autograd: half through each equal branch) or where the
-        # unclipped branch is the larger; 0 where the clipped branch wins.
+        # d/dr = -A where r is inside the clip range (autograd: half through each equal branch, whose halves add
+        # up) or where the unclipped branch is the larger; 0 where the clipped branch wins. Both cases are
+        # "unclipped >= clipped": the branches tie exactly when r is inside the range (or A = 0, where -A r = 0).
         eps = alg.clip_param
-        advantages = batch.advantages.squeeze(-1)
+        negative_advantages = batch.advantages.squeeze(-1).neg()
         ratio = torch.exp(log_prob - batch.old_actions_log_prob.squeeze(-1))
         clipped = ratio.clamp(1.0 - eps, 1.0 + eps)
-        surrogate, surrogate_clipped = -advantages * ratio, -advantages * clipped
+        surrogate, surrogate_clipped = negative_advantages * ratio, negative_advantages * clipped
         surrogate_loss = torch.maximum(surrogate, surrogate_clipped).mean()
-        passes = (clipped == ratio) | (surrogate > surrogate_clipped)
-        dloss_dlogp = torch.where(passes, surrogate, 0.0).div_(n)  # (n,): surrogate = -A r
+        dloss_dlogp = surrogate.mul_(surrogate >= surrogate_clipped).div_(n)  # (n,): surrogate = -A r
 
         # d log pi / d mean = (a - mean) / std^2;  d log pi / d std = (a - mean)^2 / std^3 - 1 / std
         grad_mean = diff.mul_(inv_var).mul_(dloss_dlogp.unsqueeze(-1))
@@ -308,13 +310,16 @@ class AnalyticMinibatch:
             return error.square().mean(), error.mul(2.0 / n)
         eps = self.alg.clip_param
         delta = values - batch.values
-        clipped_error = batch.values + delta.clamp(-eps, eps) - returns
+        delta_clipped = delta.clamp(-eps, eps)
+        clipped_error = batch.values + delta_clipped - returns
         sq, sq_clipped = error.square(), clipped_error.square()
-        # torch.max's gradient: all to the larger branch, half to each when equal; clamp's: 0 outside its range.
-        weight = (sq > sq_clipped).to(values.dtype).add_((sq == sq_clipped).to(values.dtype), alpha=0.5)
-        inside = (delta >= -eps) & (delta <= eps)
-        grad = error.mul(weight).add_(clipped_error.mul_(1.0 - weight).mul_(inside)).mul_(2.0 / n)
-        return torch.maximum(sq, sq_clipped).mean(), grad
+        loss = torch.maximum(sq, sq_clipped).mean()
+        # torch.max's gradient: all to the larger branch, half to each when equal (weight 1, 0 or 1/2 on the
+        # unclipped one); clamp's: 1 inside its range, bounds included, 0 outside.
+        weight = sq.sub_(sq_clipped).sign_().mul_(0.5).add_(0.5)
+        clipped_error.mul_(delta_clipped == delta)
+        # lerp is exact at the weights 0 and 1: error w + clipped_error (1 - w)
+        return loss, torch.lerp(clipped_error, error, weight).mul_(2.0 / n)
 
     @staticmethod
     def _mean_kl(old_params, mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
