@@ -18,11 +18,12 @@ from mjfleet.envs import EnvConfig, MujocoVecEnv
 from mjfleet.rl import ActorConfig, AgentConfig, PolicyConfig
 from mjfleet.tasks import TaskSpec, register
 
-# Step 1: the model. MJCF text is enough for a small task; contacts are not needed, so they are disabled.
+# Step 1: the model. MJCF text is enough for a small task; contacts are not needed, so they are disabled, and
+# the small damping is integrated explicitly, so mujoco_warp can skip its constraint solver.
 PENDULUM_XML = """
 <mujoco model="pendulum">
   <option timestep="0.01" integrator="Euler">
-    <flag contact="disable" constraint="disable"/>
+    <flag contact="disable" constraint="disable" eulerdamp="disable"/>
   </option>
   <worldbody>
     <body name="pole" pos="0 0 1">
