@@ -5,6 +5,7 @@ import pathlib
 import subprocess
 import sys
 
+import pytest
 import torch
 
 EXAMPLES = pathlib.Path(__file__).resolve().parents[1] / "examples"
@@ -18,12 +19,27 @@ def test_tutorial_task_registers_through_mjfleet_task_modules():
     assert "Pendulum-Balance" in result.stdout
 
 
-def test_tutorial_task_learns_to_balance():
+@pytest.fixture
+def pendulum_registered(monkeypatch):
+    """The example imported in this process, into a copy of the task registry: afterwards the registry and the
+    module cache are as before, so later tests (the CLI reference, the documented commands that import the
+    example themselves) do not depend on the test order."""
+    from mjfleet.tasks import registry
+
+    # (an earlier test's documented command may have imported it into the real registry already)
+    tasks = {name: spec for name, spec in registry._TASKS.items() if name != "Pendulum-Balance"}
+    monkeypatch.setattr(registry, "_TASKS", tasks)
+    sys.modules.pop("pendulum", None)
     sys.path.insert(0, str(EXAMPLES))
     try:
         import pendulum  # noqa: F401 - registers Pendulum-Balance
     finally:
         sys.path.remove(str(EXAMPLES))
+    yield
+    sys.modules.pop("pendulum", None)
+
+
+def test_tutorial_task_learns_to_balance(pendulum_registered):
     from mjfleet.rl import FleetRunner
     from mjfleet.tasks import get_task
 
