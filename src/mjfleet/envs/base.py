@@ -200,8 +200,8 @@ class MujocoVecEnv(VecEnv):
         dones = self.terminated | self.time_outs
         self.rewards = torch.nan_to_num(self._compute_rewards(), nan=0.0, posinf=0.0, neginf=0.0)
 
-        # Every log value in one float32 vector (the dict's values are views of it): EpisodeStats accumulates it
-        # with one operation instead of one per key.
+        # Every log value in one float32 vector, which EpisodeStats accumulates with one operation instead of one
+        # per key (the dict's own entries are views of it; entries the task adds in finish_step are appended).
         means, finished = self._episode_log(dones)
         packed = torch.cat((means, diverged.sum(dtype=torch.float32).view(1)))
         log = dict(zip(self._log_keys, packed.unbind(), strict=True))

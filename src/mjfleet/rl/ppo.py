@@ -25,7 +25,7 @@ class FusedAdamStep:
     On a CPU the per-step bookkeeping of `Adam.step` (grouping tensors by device, reading the state, the profiler
     hook) took 45 of its 79 us for Cartpole's 13 parameters. This calls the same `_foreach_add_` and
     `_fused_adam_` with the same arguments, on the optimizer's own state tensors and current learning rate: the
-    result is bit-identical (tests/test_runner.py). `build` returns None unless every assumption holds (one
+    result is bit-identical (tests/test_ppo_steps.py). `build` returns None unless every assumption holds (one
     parameter group, plain fused Adam with float hyperparameters, state already created by a first step).
     """
 
@@ -249,10 +249,10 @@ class FleetPPO(PPO):
     def _rollout_slot(self) -> RolloutSlot | None:
         """Views of the storage row the next transition goes to (None when the storage is full: rsl_rl's
         add_transition then raises its overflow error as usual)."""
-        st = self.storage
-        i = st.step
-        if i >= st.num_transitions_per_env or self.rnd is not None:
+        st = getattr(self, "storage", None)
+        if st is None or st.step >= st.num_transitions_per_env or self.rnd is not None:
             return None
+        i = st.step
         if st.distribution_params is None:  # rsl_rl creates them at the first transition: mean and std
             st.distribution_params = (torch.zeros_like(st.actions), torch.zeros_like(st.actions))
         mean, std = st.distribution_params
