@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pathlib
+import signal
+from types import SimpleNamespace
 
 import torch
 import torch.distributed as dist
@@ -11,6 +13,7 @@ from small_cartpole import cartpole_configs
 
 from mjfleet.launch.worker import WorkerContext, seed_for, setup_worker
 from mjfleet.rl import FleetRunner
+from mjfleet.rl.episode_stats import EpisodeStats
 
 NUM_ENVS = 16
 STEPS = 8
@@ -46,7 +49,19 @@ def train_and_compare(plan, average_gradients: bool) -> dict:
     runner.learn(3)
     params = torch.cat([p.detach().reshape(-1) for p in runner._policy_parameters()])
     all_params, all_obs = _gather(params), _gather(first_obs)
+    # The runner's per-iteration exchanges (through shared memory on one host): episode statistics summed over
+    # the ranks, and a stop signal that only rank 1 received, agreed on by both.
+    stats = EpisodeStats(4, "cpu")
+    dones = torch.tensor([True, False, True, ctx.rank == 1])
+    log = {"Metrics/rank": torch.tensor(float(ctx.rank))}
+    stats.update(torch.full((4,), ctx.rank + 1.0), dones, {"log": log, "episodes_finished": dones.sum()})
+    episodes = stats.collect(runner._sum_across_workers)
+    runner.stop = SimpleNamespace(signum=signal.SIGTERM if ctx.rank == 1 else None)
+    agreed_stop = runner._agreed_stop()
     return {
+        "episodes": episodes,
+        "agreed_stop": agreed_stop,
+        "shared_memory": runner.alg._host_reduce is not None,
         "rank": ctx.rank,
         "world_size": ctx.world_size,
         "params_identical": all(torch.equal(p, all_params[0]) for p in all_params),
@@ -91,7 +106,8 @@ def averaged_update(plan, out_dir: str) -> dict:
 
 
 def shared_memory_rounds(plan, rounds: int) -> dict:
-    """`rounds` shared-memory sums of rank-dependent buffers, the ranks arriving out of step; every rank's result."""
+    """`rounds` shared-memory sums of rank-dependent buffers of varying sizes (up to the mapping's 1,000 elements),
+    the ranks arriving out of step; every rank's result."""
     import random
     import time
 
@@ -105,9 +121,10 @@ def shared_memory_rounds(plan, rounds: int) -> dict:
     wrong = 0
     for i in range(rounds):
         time.sleep(jitter.random() * 1e-3)  # arrive early or late: a rank may be a whole round ahead
-        buffer = torch.arange(1000, dtype=torch.float32) * (ctx.rank + 1) + i
+        size = 1000 if i % 3 == 0 else 1 + (37 * i) % 1000  # the same on every rank
+        buffer = torch.arange(size, dtype=torch.float32) * (ctx.rank + 1) + i
         reduce.reduce(buffer)
-        expected = torch.arange(1000, dtype=torch.float32) * 3 + 2 * i  # ranks 0 and 1: factors 1 + 2
+        expected = torch.arange(size, dtype=torch.float32) * 3 + 2 * i  # ranks 0 and 1: factors 1 + 2
         wrong += int(not torch.equal(buffer, expected))
     late = SharedMemoryReduce(10, timeout_s=0.5)
     timed_out = ""

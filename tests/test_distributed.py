@@ -31,6 +31,12 @@ def test_ranks_end_with_identical_parameters_while_their_environments_differ(pla
     assert result["world_size"] == 2 and result["seeds"] == [0, 1]
     assert result["params_identical"]
     assert not result["env_data_identical"]
+    # Rank 0's view of the per-iteration exchanges: 2 + 3 episodes, returns 1 and 2 per step, the metric averaged.
+    assert result["shared_memory"]
+    episodes = result["episodes"]
+    assert episodes["episodes"] == 5 and episodes["mean_return"] == pytest.approx((2 * 1 + 3 * 2) / 5)
+    assert episodes["Metrics/rank"] == pytest.approx(0.5)
+    assert result["agreed_stop"] == signal.SIGTERM
 
 
 def test_without_gradient_averaging_the_ranks_drift_apart(plan):

@@ -87,8 +87,10 @@ class EpisodeStats:
         weights = self._packed_weights.masked_fill_(self._packed_is_episode, count)
         self._packed_sums.addcmul_(packed.detach().to(self.device, torch.float32), weights)
 
-    def collect(self) -> dict[str, float]:
+    def collect(self, sum_across_workers=None) -> dict[str, float]:
         """Global (all-worker) statistics of this iteration; resets the accumulators.
+
+        `sum_across_workers(tensor)` sums a float32 tensor over the workers in place (default: one all_reduce).
 
         Keys: `episodes`, `mean_return`, `mean_episode_length`, each `Episode_*` key as a mean over finished
         episodes, and other log keys as totals. When no episode ended, means repeat the last known value.
@@ -100,7 +102,10 @@ class EpisodeStats:
         packed = torch.cat(parts)
         workers = 1
         if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
-            dist.all_reduce(packed, op=dist.ReduceOp.SUM)
+            if sum_across_workers is None:
+                dist.all_reduce(packed, op=dist.ReduceOp.SUM)
+            else:
+                sum_across_workers(packed)
             workers = dist.get_world_size()
         values: dict[str, float] = {}
         # A key can sit in two parts when the environment's log changed during the iteration: add them up.

@@ -199,6 +199,16 @@ class FleetPPO(PPO):
         self._flat /= world
         return self._flat[-1:].view_as(extra) if extra is not None else None
 
+    def sum_across_workers(self, values: torch.Tensor) -> None:
+        """Sum `values` over all workers, in place (collective). Through the shared-memory exchange where the
+        gradients go that way (a small tensor: ~0.05 ms where a gloo all-reduce between busy workers took
+        0.3-2 ms), otherwise one all-reduce."""
+        host = self._host_reduce
+        if host is not None and values.dtype == host.dtype and values.numel() <= host.numel:
+            host.reduce(values)
+        else:
+            dist.all_reduce(values, op=dist.ReduceOp.SUM)
+
     @functools.cached_property
     def _host_reduce(self) -> SharedMemoryReduce | None:
         """CPU workers all on one host: reduce_parameters sums through shared memory (mjfleet.rl.shm_reduce)."""

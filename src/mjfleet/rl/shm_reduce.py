@@ -34,9 +34,11 @@ MAX_WORKERS = 16
 
 
 class SharedMemoryReduce:
-    """`reduce(buffer)`: buffer <- sum of every rank's buffer, in place (collective: every rank calls it)."""
+    """`reduce(buffer)`: buffer <- sum of every rank's buffer, in place (collective: every rank calls it with a
+    buffer of the same size, at most `numel` elements of `dtype`)."""
 
     def __init__(self, numel: int, dtype: torch.dtype = torch.float32, timeout_s: float = 600.0) -> None:
+        self.numel, self.dtype = numel, dtype
         self.rank, self.world = dist.get_rank(), dist.get_world_size()
         self.timeout_s = timeout_s
         flag_bytes = self.world * _FLAG_STRIDE * 8
@@ -89,11 +91,11 @@ class SharedMemoryReduce:
 
     def reduce(self, buffer: torch.Tensor) -> None:
         self._round += 1
-        bank = self._banks[self._round & 1]
-        bank[self.rank].copy_(buffer)
+        bank = self._banks[self._round & 1, :, : buffer.numel()]
+        bank[self.rank].copy_(buffer.view(-1))
         self._flags[self.rank] = self._round  # after the slot: the other ranks read the slot only after this
         self._wait_for(self._round)
-        torch.sum(bank, dim=0, out=buffer)
+        torch.sum(bank, dim=0, out=buffer.view(-1))
 
     def _wait_for(self, round_: int) -> None:
         flags = self._flags
