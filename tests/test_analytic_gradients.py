@@ -180,3 +180,19 @@ def test_rollout_rows_written_by_act_equal_rsl_rl_act_and_process_env_step():
     assert torch.equal(ours["dones"], theirs["dones"])
     for key in ("obs", "actions", "values", "actions_log_prob", "rewards", "mean", "std"):
         torch.testing.assert_close(ours[key], theirs[key], rtol=1e-5, atol=1e-6, msg=key)
+
+
+def test_the_rollouts_cached_std_follows_every_update():
+    """act computes the std once per policy; torch's fused Adam changes the parameter without bumping its version,
+    so FleetPPO marks the policy as changed after every update (either update path)."""
+    runner = _rollout_runner()
+    alg, obs = runner.alg, runner.env.get_observations()
+    with torch.inference_mode():
+        alg.act(obs)  # caches this policy's std
+    before = alg.transition.distribution_params[1][0].clone()
+    alg.update()
+    with torch.inference_mode():
+        alg.act(obs)
+    after = alg.transition.distribution_params[1][0]
+    assert not torch.equal(after, before)
+    torch.testing.assert_close(after, alg.action_std, rtol=0.0, atol=0.0)

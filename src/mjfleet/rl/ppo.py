@@ -324,7 +324,9 @@ class FleetPPO(PPO):
     def update(self) -> dict[str, float]:
         """Run the optimisation epochs over the stored rollout; returns the mean losses."""
         if self.rnd or self.symmetry or self.actor.is_recurrent or self.critic.is_recurrent:
-            return super().update()
+            losses = super().update()
+            self._policy_changed()
+            return losses
 
         self._attach_gradients()
         self._optimizer_step = None  # the optimizer or its state may have been replaced (a checkpoint loaded)
