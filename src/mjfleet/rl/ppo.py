@@ -299,7 +299,7 @@ class FleetPPO(PPO):
     def compute_returns(self, obs) -> None:
         """rsl_rl's GAE returns and advantages, with the same arithmetic in the same order, but every term that
         does not depend on the next step's advantage computed for the whole rollout at once: two operations per
-        step instead of about ten (a Cartpole rollout of 24 steps: 0.9 -> 0.3 ms)."""
+        step instead of about ten (Cartpole, 64 envs x 24 steps: 0.71 -> 0.20 ms)."""
         if self.critic.is_recurrent:
             return super().compute_returns(obs)
         st = self.storage
