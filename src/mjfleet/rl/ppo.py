@@ -201,8 +201,8 @@ class FleetPPO(PPO):
 
     def sum_across_workers(self, values: torch.Tensor) -> None:
         """Sum `values` over all workers, in place (collective). Through the shared-memory exchange where the
-        gradients go that way (a small tensor: ~0.05 ms where a gloo all-reduce between busy workers took
-        0.3-2 ms), otherwise one all-reduce."""
+        gradients go that way (for the gradients: 0.33 ms mean between two busy workers, gloo 1.9 ms), otherwise
+        one all-reduce."""
         host = self._host_reduce
         if host is not None and values.dtype == host.dtype and values.numel() <= host.numel:
             host.reduce(values)
