@@ -33,7 +33,8 @@ class EpisodeStats:
         self._packed_keys: tuple[str, ...] = ()
         self._packed_sums = torch.zeros(0, device=self.device)
         self._packed_is_episode = torch.zeros(0, dtype=torch.bool, device=self.device)
-        self._packed_weights = torch.zeros(0, device=self.device)  # the step's count at Episode keys, else 1
+        self._packed_is_episode_f = torch.zeros(0, device=self.device)
+        self._packed_not_episode_f = torch.zeros(0, device=self.device)
         self._last: dict[str, float] = {}
         self._clear()
 
@@ -82,9 +83,12 @@ class EpisodeStats:
             self._packed_is_episode = torch.tensor(
                 [k.startswith("Episode") for k in keys], device=self.device
             )
-            with torch.inference_mode(False):  # written in place at every step, inside inference mode or not
-                self._packed_weights = torch.ones(len(keys), device=self.device)
-        weights = self._packed_weights.masked_fill_(self._packed_is_episode, count)
+            self._packed_is_episode_f = self._packed_is_episode.float()
+            self._packed_not_episode_f = 1.0 - self._packed_is_episode_f
+        # The weights: the count at Episode keys, 1 elsewhere, in one operation that never reads the count on the
+        # host (masked_fill_ with a tensor value may, on CUDA).
+        count = count if count.dtype == torch.float32 else count.to(torch.float32)
+        weights = torch.addcmul(self._packed_not_episode_f, self._packed_is_episode_f, count.to(self.device))
         self._packed_sums.addcmul_(packed.detach().to(self.device, torch.float32), weights)
 
     def collect(self, sum_across_workers=None) -> dict[str, float]:
