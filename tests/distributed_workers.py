@@ -55,7 +55,7 @@ def train_and_compare(plan, average_gradients: bool) -> dict:
     dones = torch.tensor([True, False, True, ctx.rank == 1])
     log = {"Metrics/rank": torch.tensor(float(ctx.rank))}
     stats.update(torch.full((4,), ctx.rank + 1.0), dones, {"log": log, "episodes_finished": dones.sum()})
-    episodes = stats.collect(runner._sum_across_workers)
+    episodes = stats.collect(runner.alg.sum_across_workers)
     runner.stop = SimpleNamespace(signum=signal.SIGTERM if ctx.rank == 1 else None)
     agreed_stop = runner._agreed_stop()
     return {

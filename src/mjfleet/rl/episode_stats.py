@@ -32,9 +32,9 @@ class EpisodeStats:
         self._sums: dict[str, torch.Tensor] = {}
         self._packed_keys: tuple[str, ...] = ()
         self._packed_sums = torch.zeros(0, device=self.device)
-        self._packed_is_episode = torch.zeros(0, dtype=torch.bool, device=self.device)
-        self._packed_is_episode_f = torch.zeros(0, device=self.device)
-        self._packed_not_episode_f = torch.zeros(0, device=self.device)
+        # 1 at Episode keys, 0 elsewhere, and its complement: the per-key weights of a step come from them.
+        self._packed_is_episode = torch.zeros(0, device=self.device)
+        self._packed_not_episode = torch.zeros(0, device=self.device)
         self._last: dict[str, float] = {}
         self._clear()
 
@@ -81,14 +81,13 @@ class EpisodeStats:
             self._packed_keys = keys
             self._packed_sums = torch.zeros(len(keys), device=self.device)
             self._packed_is_episode = torch.tensor(
-                [k.startswith("Episode") for k in keys], device=self.device
+                [float(k.startswith("Episode")) for k in keys], device=self.device
             )
-            self._packed_is_episode_f = self._packed_is_episode.float()
-            self._packed_not_episode_f = 1.0 - self._packed_is_episode_f
+            self._packed_not_episode = 1.0 - self._packed_is_episode
         # The weights: the count at Episode keys, 1 elsewhere, in one operation that never reads the count on the
         # host (masked_fill_ with a tensor value may, on CUDA).
-        count = count if count.dtype == torch.float32 else count.to(torch.float32)
-        weights = torch.addcmul(self._packed_not_episode_f, self._packed_is_episode_f, count.to(self.device))
+        count = count.to(self.device, torch.float32)
+        weights = torch.addcmul(self._packed_not_episode, self._packed_is_episode, count)
         self._packed_sums.addcmul_(packed.detach().to(self.device, torch.float32), weights)
 
     def collect(self, sum_across_workers=None) -> dict[str, float]:

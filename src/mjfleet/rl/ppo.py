@@ -259,8 +259,8 @@ class FleetPPO(PPO):
     def _rollout_slot(self) -> RolloutSlot | None:
         """Views of the storage row the next transition goes to (None when the storage is full: rsl_rl's
         add_transition then raises its overflow error as usual)."""
-        st = getattr(self, "storage", None)
-        if st is None or st.step >= st.num_transitions_per_env or self.rnd is not None:
+        st = self.storage
+        if st.step >= st.num_transitions_per_env or self.rnd is not None:
             return None
         i = st.step
         if st.distribution_params is None:  # rsl_rl creates them at the first transition: mean and std
@@ -325,9 +325,12 @@ class FleetPPO(PPO):
         """Run the optimisation epochs over the stored rollout; returns the mean losses."""
         if self.rnd or self.symmetry or self.actor.is_recurrent or self.critic.is_recurrent:
             losses = super().update()
-            self._policy_changed()
-            return losses
+        else:
+            losses = self._update_feed_forward()
+        self._policy_changed()
+        return losses
 
+    def _update_feed_forward(self) -> dict[str, float]:
         self._attach_gradients()
         self._optimizer_step = None  # the optimizer or its state may have been replaced (a checkpoint loaded)
         on_cuda = torch.device(self.device).type == "cuda"
@@ -339,7 +342,6 @@ class FleetPPO(PPO):
         obs = self.storage.observations.flatten(0, 1)
         self._update_normalization(obs)
         self.storage.clear()
-        self._policy_changed()
         surrogate, value, entropy_mean = (loss_sums / max(num_updates, 1)).tolist()
         return {"value": value, "surrogate": surrogate, "entropy": entropy_mean}
 

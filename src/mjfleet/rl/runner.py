@@ -160,7 +160,9 @@ class FleetRunner(OnPolicyRunner):
                     self.alg.process_env_step(obs, rewards, dones, extras)
                     stats.update(rewards, dones, extras)
                 self.alg.compute_returns(obs)
-            episode = stats.collect(self._sum_across_workers)  # the one host synchronisation of the rollout
+            episode = stats.collect(
+                self.alg.sum_across_workers
+            )  # the one host synchronisation of the rollout
             t1 = time.perf_counter()
             with self.update_threads.applied():
                 losses = self.alg.update()
@@ -204,15 +206,8 @@ class FleetRunner(OnPolicyRunner):
         # Each rank's signal number in its own slot, summed: every rank sees all of them and takes the largest.
         signals = torch.zeros(self.world_size, device=self.device)
         signals[self.rank] = local
-        self._sum_across_workers(signals)
+        self.alg.sum_across_workers(signals)
         return int(signals.max().item())
-
-    def _sum_across_workers(self, values: torch.Tensor) -> None:
-        sum_across_workers = getattr(self.alg, "sum_across_workers", None)
-        if sum_across_workers is None:
-            dist.all_reduce(values, op=dist.ReduceOp.SUM)
-        else:
-            sum_across_workers(values)
 
     def parameter_checksum(self) -> torch.Tensor:
         """Two float64 numbers that differ when any actor/critic parameter differs (order-sensitive)."""
