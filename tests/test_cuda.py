@@ -94,9 +94,10 @@ def test_collection_loop_never_synchronises_with_the_host(task):
     assert torch.isfinite(alg.storage.rewards[: alg.storage.step]).all()
 
 
-@pytest.mark.parametrize("task", TASKS)
-def test_graph_replayed_ppo_update_agrees_with_the_op_by_op_update(task):
-    """The recorded minibatch (forward + backward as one CUDA graph) gives the op-by-op update's parameters."""
+def _updates_from_one_rollout(task: str, variants: list[dict]):
+    """(start parameters, [(parameters, buffers, losses, learning rate)]): one rollout, then one update per
+    variant (FleetPPO attributes to set, e.g. capture_update), each from the same parameters, optimizer state,
+    learning rate and minibatch permutation."""
     import copy
 
     env, runner, alg = make_training(task)
@@ -113,18 +114,28 @@ def test_graph_replayed_ppo_update_agrees_with_the_op_by_op_update(task):
     optimizer_start = copy.deepcopy(alg.optimizer.state_dict())
     lr, rng = alg.learning_rate, torch.cuda.get_rng_state()
     results = []
-    for capture in (False, True, True):  # op by op; recorded at the first update; replayed
+    for variant in variants:
         for m, state in zip(models, start, strict=True):
             m.load_state_dict(state)
         alg.optimizer.load_state_dict(copy.deepcopy(optimizer_start))
         alg.learning_rate = lr
         torch.cuda.set_rng_state(rng)  # the same minibatch permutation
-        alg.capture_update = capture
+        for name, value in variant.items():
+            setattr(alg, name, value)
         losses = alg.update()
         params = flat(p for m in models for p in m.parameters())
         buffers = flat(b for m in models for b in m.buffers())  # observation normalisers
         results.append((params, buffers, losses, alg.learning_rate))
     assert alg._graphed is not None and not alg._capture_failed
+    return start_params, results
+
+
+@pytest.mark.parametrize("task", TASKS)
+def test_graph_replayed_ppo_update_agrees_with_the_op_by_op_update(task):
+    """The recorded minibatch (forward + backward as one CUDA graph) gives the op-by-op update's parameters."""
+    # op by op; recorded at the first update; replayed (IEEE float32: TF32 rounds differently per kernel)
+    variants = [{"capture_update": c, "tf32": False} for c in (False, True, True)]
+    start_params, results = _updates_from_one_rollout(task, variants)
     params, buffers, losses, learning_rate = results[0]
     assert (params - start_params).abs().max() > 1e-4  # the update changed the policy
     for other in results[1:]:
@@ -133,6 +144,21 @@ def test_graph_replayed_ppo_update_agrees_with_the_op_by_op_update(task):
         assert other[3] == pytest.approx(learning_rate)
         for key in ("value", "surrogate", "entropy"):
             assert other[2][key] == pytest.approx(losses[key], rel=1e-3, abs=1e-5)
+
+
+@pytest.mark.parametrize("task", TASKS)
+def test_tf32_update_is_close_to_the_float32_update_and_not_equal(task):
+    """--agent.algorithm.tf32 (the default) reaches the recorded minibatch: its update differs from the IEEE
+    float32 one by TF32's rounding only."""
+    # each recorded afresh: a recorded graph keeps the kernels chosen while it was recorded
+    variants = [{"capture_update": True, "tf32": tf32, "_graphed": None} for tf32 in (False, True)]
+    start_params, ((ieee, *_), (tf32, _, losses, _)) = _updates_from_one_rollout(task, variants)
+    step = (ieee - start_params).abs().max()
+    assert step > 1e-4
+    assert not torch.equal(tf32, ieee)
+    assert (tf32 - ieee).abs().max() < 0.1 * step
+    assert all(torch.isfinite(torch.tensor(v)) for v in losses.values())
+    assert torch.backends.cuda.matmul.fp32_precision != "tf32"  # restored after the update
 
 
 def test_train_on_gpu_0_end_to_end(tmp_path):

@@ -90,3 +90,28 @@ def test_clipping_equals_clip_grad_norm_per_network():
     torch.testing.assert_close(flat, expected, rtol=1e-6, atol=0.0)
     assert torch.equal(flat[500:-1], expected[500:-1])
     assert torch.linalg.vector_norm(flat[:500]) == pytest.approx(1.0, rel=1e-5)
+
+
+def test_the_update_runs_in_tf32_on_cuda_only_when_asked():
+    """FleetPPO.update_precision: TF32 matrix products on a CUDA device with tf32 on; otherwise the process's
+    setting is left alone; restored afterwards, also when the update raises. (cuBLAS reads the flag per call, so
+    setting it needs no GPU; tests/test_cuda.py runs updates with it on a GPU.)"""
+    from types import SimpleNamespace
+
+    from mjfleet.rl.config import PPOConfig
+    from mjfleet.rl.ppo import FleetPPO
+
+    assert PPOConfig().tf32  # the default, as mjlab trains
+    matmul = torch.backends.cuda.matmul
+    before = matmul.fp32_precision
+    assert before != "tf32"  # torch's default: "none", i.e. IEEE float32
+    cases = [("cuda:0", True, "tf32"), ("cuda:1", False, before), ("cpu", True, before)]
+    for device, tf32, inside in cases:
+        alg = SimpleNamespace(tf32=tf32, device=device)
+        with FleetPPO.update_precision(alg):  # type: ignore[arg-type]
+            assert matmul.fp32_precision == inside
+        assert matmul.fp32_precision == before
+    with pytest.raises(RuntimeError), FleetPPO.update_precision(SimpleNamespace(tf32=True, device="cuda")):  # type: ignore[arg-type]
+        assert matmul.fp32_precision == "tf32"
+        raise RuntimeError("the update failed")
+    assert matmul.fp32_precision == before

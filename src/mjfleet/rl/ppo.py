@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 
@@ -83,6 +84,18 @@ class FusedAdamStep:
         )
 
 
+@contextlib.contextmanager
+def cuda_matmul_precision(precision: str):
+    """torch.backends.cuda.matmul.fp32_precision set to `precision` ("tf32" or "ieee") inside, restored after."""
+    matmul = torch.backends.cuda.matmul
+    previous = matmul.fp32_precision
+    matmul.fp32_precision = precision
+    try:
+        yield
+    finally:
+        matmul.fp32_precision = previous
+
+
 class FleetPPO(PPO):
     """PPO whose update is cheaper to run on several workers; the mathematics is rsl_rl's.
 
@@ -99,16 +112,26 @@ class FleetPPO(PPO):
     - losses are summed on device and read once, after the last minibatch;
     - Adam uses torch's fused kernel (one kernel per step for all parameters instead of one per tensor), called
       directly after the first step of an update (`FusedAdamStep`);
-    - on CUDA each minibatch's forward and backward pass is one replayed CUDA graph (`capture_update`);
-      elsewhere MLP networks get their gradients layer by layer without autograd (`analytic_gradients`).
+    - on CUDA each minibatch's forward and backward pass is one replayed CUDA graph (`capture_update`), its
+      matrix products in TF32 unless `tf32=False` (as mjlab trains); elsewhere MLP networks get their
+      gradients layer by layer without autograd (`analytic_gradients`).
 
     Recurrent policies, RND and symmetry augmentation fall back to rsl_rl's own update.
     """
 
-    def __init__(self, *args, capture_update: bool = True, analytic_gradients: bool = True, **kwargs) -> None:
+    def __init__(
+        self,
+        *args,
+        capture_update: bool = True,
+        tf32: bool = True,
+        analytic_gradients: bool = True,
+        **kwargs,
+    ) -> None:
         super().__init__(*args, **kwargs)
         self.capture_update = capture_update
         """On CUDA: record a minibatch's forward and backward pass once and replay it (mjfleet.rl.graphed_update)."""
+        self.tf32 = tf32
+        """On CUDA: the update's float32 matrix products in TF32 (`update_precision`)."""
         self._graphed: GraphedMinibatch | None = None
         self._capture_failed = False
         if isinstance(self.optimizer, torch.optim.Adam):
@@ -323,12 +346,21 @@ class FleetPPO(PPO):
     # ------------------------------------------------------------------ update
     def update(self) -> dict[str, float]:
         """Run the optimisation epochs over the stored rollout; returns the mean losses."""
-        if self.rnd or self.symmetry or self.actor.is_recurrent or self.critic.is_recurrent:
-            losses = super().update()
-        else:
-            losses = self._update_feed_forward()
+        with self.update_precision():
+            if self.rnd or self.symmetry or self.actor.is_recurrent or self.critic.is_recurrent:
+                losses = super().update()
+            else:
+                losses = self._update_feed_forward()
         self._policy_changed()
         return losses
+
+    def update_precision(self) -> contextlib.AbstractContextManager:
+        """The precision of the update's float32 matrix products: on CUDA with `tf32`, TensorFloat-32 (cuBLAS
+        reads the setting at every call, and a minibatch graph recorded inside keeps the kernels it chose);
+        otherwise the process's setting, IEEE float32 by default."""
+        if self.tf32 and torch.device(self.device).type == "cuda":
+            return cuda_matmul_precision("tf32")
+        return contextlib.nullcontext()
 
     def _update_feed_forward(self) -> dict[str, float]:
         self._attach_gradients()
