@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# The checks a session with a lent GPU machine runs, grouped so that each stage fits one `run` call (10 minutes)
+# and writes its results under $OUT (../shared/GPU.md: install first, then PYTHONPATH=/tmp/site:$PWD/src).
+#
+#   bash scripts/gpu_checks.sh tests   # tests/test_cuda.py: graph replay == op by op, no host sync, TF32, train
+#   bash scripts/gpu_checks.sh bench   # Quadruped-Flat 4,096 envs (the GPU target), TF32 on/off alternating
+#   bash scripts/gpu_checks.sh learn   # Quadruped-Flat 300 iterations with the defaults: does it still learn?
+#
+# Stages may be chained in one call: `bash scripts/gpu_checks.sh tests bench`. Outside the device machine $OUT
+# defaults to ./gpu-results.
+set -u
+out=${OUT:-gpu-results}
+mkdir -p "$out"
+nvidia-smi -L | tee "$out/device.txt"
+python3 -c "import torch, warp, mujoco_warp; print(torch.__version__, warp.__version__)" | tee -a "$out/device.txt"
+
+status=0
+for stage in "$@"; do
+    case "$stage" in
+    tests)
+        python3 -m pytest -q -rs tests/test_cuda.py 2>&1 | tee "$out/test_cuda.txt" | tail -25
+        status=$((status | PIPESTATUS[0]))
+        ;;
+    bench)
+        for round in 1 2; do
+            for precision in tf32 ieee; do
+                flags=()
+                [ "$precision" = ieee ] && flags=(--agent.algorithm.no-tf32)
+                python3 -m mjfleet.cli.bench Quadruped-Velocity-Flat --num-envs 4096 --iterations 10 "${flags[@]}" \
+                    --json "$out/quadruped_flat_4096_${precision}_${round}.json" 2>&1 | tail -15
+                status=$((status | PIPESTATUS[0]))
+            done
+        done
+        ;;
+    learn)
+        python3 -m mjfleet.cli.train Quadruped-Velocity-Flat --max-iterations 300 --logs-root "$out/logs" \
+            --log-format compact 2>&1 | tail -8
+        status=$((status | PIPESTATUS[0]))
+        ;;
+    *)
+        echo "gpu_checks.sh: unknown stage '$stage' (tests, bench, learn)" >&2
+        exit 2
+        ;;
+    esac
+done
+exit "$status"
