@@ -34,4 +34,4 @@ def test_a_rank_that_exits_is_reported_long_before_the_timeout(tmp_path):
     mp.spawn(_peer_exits, args=(str(tmp_path / "store"), str(out)), nprocs=2)
     summed, message = out.read_text().split("|")
     assert summed == str([2.0] * 8)  # the first round summed both ranks
-    assert message == "rank(s) [0] exited before gradient reduction 2"
+    assert message == "rank(s) [0] exited before shared-memory reduction 2"

@@ -90,6 +90,8 @@ class SharedMemoryReduce:
         return len(hosts) == 1 and room >= 2 * _mapping_bytes(world, numel, dtype)
 
     def reduce(self, buffer: torch.Tensor) -> None:
+        """Sum `buffer` over the ranks, in place: the gradients after every minibatch, and once per iteration the
+        episode statistics and the stop signal (FleetPPO.sum_across_workers). Round numbers count every call."""
         self._round += 1
         bank = self._banks[self._round & 1, :, : buffer.numel()]
         bank[self.rank].copy_(buffer.view(-1))
@@ -110,10 +112,10 @@ class SharedMemoryReduce:
                 late = [r for r in range(self.world) if flags[r] < round_]
                 gone = [r for r in late if r in self._peers and not _alive(self._peers[r])]
                 if gone:  # gloo would see the connection drop; here the process has to be looked at
-                    raise RuntimeError(f"rank(s) {gone} exited before gradient reduction {round_}")
+                    raise RuntimeError(f"rank(s) {gone} exited before shared-memory reduction {round_}")
                 if time.monotonic() > deadline:
                     raise RuntimeError(
-                        f"rank(s) {late} did not reach gradient reduction {round_} within {self.timeout_s:.0f} s"
+                        f"rank(s) {late} did not reach shared-memory reduction {round_} within {self.timeout_s:.0f} s"
                     )
 
 
