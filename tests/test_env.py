@@ -101,6 +101,8 @@ def test_physics_nan_resets_that_world_and_counts_it():
     assert dones[5]
     assert extras["log"][NAN_RESETS_KEY].item() == 1
     assert torch.isfinite(rewards).all()
+    assert torch.isfinite(extras["log_packed"]).all()  # the episode that ended here logs finite reward sums
+    assert extras["episodes_finished"].item() >= 1
     assert torch.isfinite(obs["actor"]).all() and torch.isfinite(env.sim.qvel).all()
 
 

@@ -348,6 +348,19 @@ def test_a_flipped_robot_terminates_and_the_time_limit_is_a_time_out(flat):
     assert flat.episode_length_buf[0] == 0 and flat.episode_length_buf[1] == 0
 
 
+def test_a_diverged_world_is_a_nan_reset_not_a_fall_and_keeps_the_logs_finite(flat):
+    _stand_at_home(flat)
+    flat.sim.qpos[0, 3:7] = torch.tensor([0.0, 1.0, 0.0, 0.0])  # robot 0 upside down: a fall
+    flat.sim.qpos[0, 2] = 0.15
+    flat.sim.qvel[1, 0] = float("nan")  # robot 1's physics blew up
+    _, rewards, dones, extras = flat.step(_zero_action(flat))
+    log = extras["log"]
+    assert dones[0] and dones[1] and flat.terminated[1]
+    assert log["Sim/nan_resets"] == 1
+    assert log["Episode_Termination/fell"] == pytest.approx(1 / extras["episodes_finished"].item())
+    assert torch.isfinite(extras["log_packed"]).all() and torch.isfinite(rewards).all()
+
+
 def test_trunk_contact_terminates(flat):
     _stand_at_home(flat)
     # Robot 0 lies upright on its belly, legs raised over its back: only the trunk box touches the floor.

@@ -198,7 +198,7 @@ class MujocoVecEnv(VecEnv):
         self.terminated = self.compute_terminations() | diverged
         self.time_outs = (self.episode_length_buf >= self.max_episode_length) & ~self.terminated
         dones = self.terminated | self.time_outs
-        self.rewards = torch.nan_to_num(self._compute_rewards(), nan=0.0, posinf=0.0, neginf=0.0)
+        self.rewards = self._compute_rewards()
 
         # Every log value in one float32 vector, which EpisodeStats accumulates with one operation instead of one
         # per key (the dict's own entries are views of it; entries the task adds in finish_step are appended).
@@ -237,6 +237,9 @@ class MujocoVecEnv(VecEnv):
         if not self._reward_terms:
             return torch.zeros_like(self.rewards)
         terms = torch.stack([term() for term in self._reward_terms]) * self._reward_weight_column
+        # A diverged world's terms may be NaN or infinite: 0 instead, in the reward and in the episode log
+        # (one NaN in the episode sums would make that term's logged mean NaN on every worker).
+        terms.nan_to_num_(nan=0.0, posinf=0.0, neginf=0.0)
         self._episode_sums += terms
         return terms.sum(dim=0)
 

@@ -17,7 +17,7 @@ import warp as wp
 from mujoco_warp import OverflowType
 
 from mjfleet.assets import asset_path
-from mjfleet.envs import MujocoVecEnv
+from mjfleet.envs import NAN_RESETS_KEY, MujocoVecEnv
 from mjfleet.tasks.locomotion.config import LocomotionConfig
 from mjfleet.tasks.locomotion.math import projected_gravity, quat_from_yaw, quat_rotate_inverse, yaw_from_quat
 from mjfleet.tasks.locomotion.terrain import HeightMap, Terrain
@@ -394,9 +394,12 @@ class LocomotionEnv(MujocoVecEnv):
     def finish_step(self, log: dict[str, torch.Tensor], episodes_finished: torch.Tensor) -> None:
         if self.cfg.only_positive_rewards:
             self.rewards.clamp_(min=0.0)  # the per-term episode logs stay unclipped
-        log["Episode_Termination/fell"] = self.terminated.sum() / episodes_finished.clamp(min=1)
-        log["Metrics/lin_vel_error"] = self._lin_vel_error.mean()
-        log["Metrics/ang_vel_error"] = self._ang_vel_error.mean()
+        # Worlds whose physics diverged are terminated too; they are counted in Sim/nan_resets, not as falls, and
+        # their velocity errors (NaN) count as 0 in the means.
+        fell = self.terminated.sum() - log[NAN_RESETS_KEY]
+        log["Episode_Termination/fell"] = fell / episodes_finished.clamp(min=1)
+        log["Metrics/lin_vel_error"] = self._lin_vel_error.nan_to_num(0.0, 0.0, 0.0).mean()
+        log["Metrics/ang_vel_error"] = self._ang_vel_error.nan_to_num(0.0, 0.0, 0.0).mean()
         log["Metrics/sim_overflow"] = ((self._overflow & _OVERFLOW_BITS) != 0).float().mean()
         log["Metrics/sim_solver_limit"] = ((self._overflow & _ITERATIONS_BIT) != 0).float().mean()
         log["Metrics/sim_linesearch_limit"] = ((self._overflow & _LS_ITERATIONS_BIT) != 0).float().mean()
