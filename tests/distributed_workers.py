@@ -84,11 +84,14 @@ def rollout(runner: FleetRunner) -> None:
 STORAGE_FIELDS = ("actions", "rewards", "dones", "values", "actions_log_prob", "returns", "advantages")
 
 
-def averaged_update(plan, out_dir: str) -> dict:
-    """Each rank: rollout, save its data and the initial parameters, do one PPO update with averaging."""
+def averaged_update(plan, out_dir: str, rsl_rl_update: bool = False) -> dict:
+    """Each rank: rollout, save its data and the initial parameters, do one PPO update with averaging (with
+    `rsl_rl_update`, rsl_rl's own update, as recurrent, RND or symmetry configurations run it)."""
     ctx = WorkerContext.from_env(plan)
     setup_worker(ctx, plan)
     runner = build_runner(NUM_ENVS, seed_for(0, ctx), single_update=True)
+    if rsl_rl_update:
+        runner.alg.uses_rsl_rl_update = lambda: True
     runner.alg.broadcast_parameters()
     rollout(runner)
     storage = runner.alg.storage

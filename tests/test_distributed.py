@@ -46,13 +46,18 @@ def test_without_gradient_averaging_the_ranks_drift_apart(plan):
     assert not result["params_identical"]
 
 
-@pytest.mark.parametrize("transport", ["shared memory", "gloo"])
-def test_averaged_update_equals_one_process_update_on_both_ranks_data(plan, tmp_path, monkeypatch, transport):
+@pytest.mark.parametrize(
+    ("transport", "update"),
+    [("shared memory", "FleetPPO"), ("gloo", "FleetPPO"), ("shared memory", "rsl_rl")],
+)
+def test_averaged_update_equals_one_process_update_on_both_ranks_data(
+    plan, tmp_path, monkeypatch, transport, update
+):
     import distributed_workers as w
 
     if transport == "gloo":  # what CPU workers on several hosts use
         monkeypatch.setenv("MJFLEET_SHM_REDUCE", "0")
-    run_workers(plan, w.averaged_update, plan, str(tmp_path), log_dir="")
+    run_workers(plan, w.averaged_update, plan, str(tmp_path), update == "rsl_rl", log_dir="")
     ranks = [torch.load(tmp_path / f"rank{r}.pt", weights_only=False) for r in (0, 1)]
     assert [r["transport"] for r in ranks] == [transport, transport]
     assert torch.equal(ranks[0]["final_actor"]["mlp.0.weight"], ranks[1]["final_actor"]["mlp.0.weight"])

@@ -132,3 +132,22 @@ def test_returns_and_advantages_equal_rsl_rl_compute_returns(tmp_path, per_minib
         ours, theirs = getattr(alg.storage, name), getattr(reference.storage, name)
         assert not torch.equal(ours, torch.zeros_like(ours))
         torch.testing.assert_close(ours, theirs, rtol=0.0, atol=0.0)
+
+
+@pytest.mark.parametrize("optimizer", ["adam", "adamw", "sgd"])
+def test_the_configured_optimizer_is_kept_with_its_settings(tmp_path, optimizer):
+    """Adam becomes torch's fused Adam with the same settings; any other optimizer (AdamW is a subclass of Adam
+    with decoupled weight decay) stays as rsl_rl made it. Each trains an iteration."""
+    spec, env_cfg, agent = cartpole_configs(16, 4, episode_length_s=0.2)
+    agent.algorithm.optimizer = optimizer
+    runner = FleetRunner(spec.make_env(env_cfg), agent, None, "cpu", log_format="compact")
+    opt = runner.alg.optimizer
+    expected = {"adam": torch.optim.Adam, "adamw": torch.optim.AdamW, "sgd": torch.optim.SGD}[optimizer]
+    assert type(opt) is expected
+    if optimizer == "adam":
+        assert opt.defaults["fused"]
+    if optimizer == "adamw":
+        assert opt.defaults["weight_decay"] == 0.01  # torch's AdamW default, not Adam's 0
+    before = [p.detach().clone() for p in runner.alg.actor.parameters()]
+    runner.learn(1)
+    assert any(not torch.equal(a, p) for a, p in zip(before, runner.alg.actor.parameters(), strict=True))

@@ -29,6 +29,8 @@ class ActorConfig(PolicyConfig):
 class PPOConfig:
     """Proximal Policy Optimisation hyper-parameters (rsl_rl's PPO)."""
 
+    optimizer: Literal["adam", "adamw", "sgd", "rmsprop"] = "adam"
+    """rsl_rl's optimizer choice (torch's, default settings); Adam runs as torch's fused kernel."""
     learning_rate: float = 1e-3
     schedule: Literal["adaptive", "fixed"] = "adaptive"
     """adaptive: scale the learning rate to keep the policy KL divergence near desired_kl."""

@@ -134,10 +134,19 @@ class FleetPPO(PPO):
         """On CUDA: the update's float32 matrix products in TF32 (`update_precision`)."""
         self._graphed: GraphedMinibatch | None = None
         self._capture_failed = False
-        if isinstance(self.optimizer, torch.optim.Adam):
+        if type(self.optimizer) is torch.optim.Adam:  # not a subclass (AdamW decays weights differently)
             params = [p for group in self.optimizer.param_groups for p in group["params"]]
+            d = self.optimizer.defaults
             try:
-                self.optimizer = torch.optim.Adam(params, lr=self.learning_rate, fused=True)
+                self.optimizer = torch.optim.Adam(
+                    params,
+                    lr=self.learning_rate,
+                    betas=d["betas"],
+                    eps=d["eps"],
+                    weight_decay=d["weight_decay"],
+                    amsgrad=d["amsgrad"],
+                    fused=True,
+                )
             except (RuntimeError, ValueError):  # a device or dtype without a fused kernel: keep the default
                 pass
         self._setup_flat_gradients()
@@ -208,6 +217,11 @@ class FleetPPO(PPO):
         several rounds of messages, and on 2 CPU workers it took 1.9-2.5 ms for a 9,300-float buffer against
         0.9-1.0 ms for the all-gather and the sum.
         """
+        if any(p.grad is not g for p, g in zip(self._trained, self._grads, strict=True)):
+            # rsl_rl's own update (see `uses_rsl_rl_update`) set the gradients to None and back-propagated into
+            # new tensors: its reduction, which also covers RND's parameters.
+            super().reduce_parameters()
+            return extra
         if extra is not None:
             self._flat[-1:].copy_(extra.reshape(-1))
         world = self.gpu_world_size
@@ -347,12 +361,14 @@ class FleetPPO(PPO):
     def update(self) -> dict[str, float]:
         """Run the optimisation epochs over the stored rollout; returns the mean losses."""
         with self.update_precision():
-            if self.rnd or self.symmetry or self.actor.is_recurrent or self.critic.is_recurrent:
-                losses = super().update()
-            else:
-                losses = self._update_feed_forward()
+            losses = super().update() if self.uses_rsl_rl_update() else self._update_feed_forward()
         self._policy_changed()
         return losses
+
+    def uses_rsl_rl_update(self) -> bool:
+        """Recurrent networks, RND and symmetry augmentation: rsl_rl's own update (its minibatches, autograd,
+        its gradient reduction); everything else: this class's (`_update_feed_forward`)."""
+        return bool(self.rnd or self.symmetry or self.actor.is_recurrent or self.critic.is_recurrent)
 
     def update_precision(self) -> contextlib.AbstractContextManager:
         """The precision of the update's float32 matrix products: on CUDA with `tf32`, TensorFloat-32 (cuBLAS
@@ -507,8 +523,7 @@ class FleetPPO(PPO):
     def _apply_gradients(self, kl: torch.Tensor | None) -> None:
         """Average gradients across workers, adapt the learning rate, clip, and step the optimizer."""
         if self.is_multi_gpu:
-            reduced = self.reduce_parameters(kl)
-            kl = reduced if reduced is not None else kl
+            kl = self.reduce_parameters(kl)
         if kl is not None:
             self._adapt_learning_rate(float(kl))  # the update's one host read per minibatch
         self._clip_gradients()
