@@ -115,3 +115,20 @@ def test_the_update_runs_in_tf32_on_cuda_only_when_asked():
         assert matmul.fp32_precision == "tf32"
         raise RuntimeError("the update failed")
     assert matmul.fp32_precision == before
+
+
+def test_a_variant_that_changes_the_loss_keeps_autograd():
+    """AnalyticMinibatch writes FleetPPO's loss out by hand: a subclass overriding a loss method must not use it."""
+    from mjfleet.rl.ppo import FleetPPO
+
+    class DoubledSurrogate(FleetPPO):
+        def _surrogate_loss(self, log_prob, batch):
+            return super()._surrogate_loss(log_prob, batch) * 2.0
+
+    class LoggingOnly(FleetPPO):
+        def update(self):
+            return super().update()
+
+    assert FleetPPO.loss_is_fleet_ppos()
+    assert LoggingOnly.loss_is_fleet_ppos()
+    assert not DoubledSurrogate.loss_is_fleet_ppos()

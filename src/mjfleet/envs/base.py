@@ -140,7 +140,13 @@ class MujocoVecEnv(VecEnv):
     def finish_step(self, log: dict[str, torch.Tensor], episodes_finished: torch.Tensor) -> None:  # noqa: B027
         """Last hook of a step (after resets and observations): adjust `self.rewards` in place, add log entries.
 
-        `episodes_finished` is the number of episodes that ended in this step (a tensor, on device).
+        `episodes_finished` is the number of episodes that ended in this step (a tensor, on device). Entries are
+        0-d tensors on the device (never read on the host here); how the runner aggregates them over an
+        iteration (mjfleet.rl.episode_stats) follows the key:
+
+        - `Episode...` keys: a mean over the episodes that ended in this step (it is weighted by their count);
+        - `Metrics/...` keys: a value for this step (averaged over the iteration's steps and the workers);
+        - anything else: a count for this step (summed), like `Sim/nan_resets`.
         """
 
     # ---------------------------------------------------------- VecEnv API

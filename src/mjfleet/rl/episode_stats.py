@@ -95,8 +95,9 @@ class EpisodeStats:
 
         `sum_across_workers(tensor)` sums a float32 tensor over the workers in place (default: one all_reduce).
 
-        Keys: `episodes`, `mean_return`, `mean_episode_length`, each `Episode_*` key as a mean over finished
-        episodes, and other log keys as totals. When no episode ended, means repeat the last known value.
+        Keys: `episodes`, `mean_return`, `mean_episode_length`, each `Episode*` key as a mean over finished
+        episodes, each `Metrics/*` key as a mean over steps (and workers), and other log keys as totals (counts
+        such as Sim/nan_resets). When no episode ended, episode means repeat the last known value.
         """
         keys = ["episodes", "return", "length", *self._packed_keys, *self._sums]
         parts = [self._ended_sums, self._packed_sums]

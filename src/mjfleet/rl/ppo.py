@@ -1,4 +1,5 @@
-"""rsl_rl's PPO with one collective per minibatch and no host synchronisation inside the update loop."""
+"""rsl_rl's PPO with one collective per minibatch and one host read (the KL, for the adaptive learning rate) per
+minibatch at most."""
 
 from __future__ import annotations
 
@@ -133,6 +134,8 @@ class FleetPPO(PPO):
         self.tf32 = tf32
         """On CUDA: the update's float32 matrix products in TF32 (`update_precision`)."""
         self._graphed: GraphedMinibatch | None = None
+        self._graphed_key: tuple = ()
+        """`_graph_key()` when `_graphed` was recorded."""
         self._capture_failed = False
         if type(self.optimizer) is torch.optim.Adam:  # not a subclass (AdamW decays weights differently)
             params = [p for group in self.optimizer.param_groups for p in group["params"]]
@@ -156,8 +159,17 @@ class FleetPPO(PPO):
         """The optimizer step without torch.optim's Python around it; rebuilt after the first step of each update."""
         self._analytic: AnalyticMinibatch | None = None
         """Minibatches run op by op: loss and gradients without autograd (mjfleet.rl.analytic_gradients)."""
-        if analytic_gradients:
+        if analytic_gradients and type(self).loss_is_fleet_ppos():
             self._analytic = AnalyticMinibatch.build(self, dict(zip(self._trained, self._grads, strict=True)))
+
+    LOSS_METHODS = ("_minibatch_loss", "_surrogate_loss", "_value_loss", "_normalize_advantages")
+    """What `AnalyticMinibatch` writes out by hand: a subclass that overrides one keeps autograd."""
+
+    @classmethod
+    def loss_is_fleet_ppos(cls) -> bool:
+        """Whether this class computes FleetPPO's loss (a variant that changes it must not get the hand-written
+        gradients of the original)."""
+        return all(getattr(cls, name) is getattr(FleetPPO, name) for name in cls.LOSS_METHODS)
 
     # -------------------------------------------------------------- gradients
     def _setup_flat_gradients(self) -> None:
@@ -294,8 +306,9 @@ class FleetPPO(PPO):
         return t.actions
 
     def _rollout_slot(self) -> RolloutSlot | None:
-        """Views of the storage row the next transition goes to (None when the storage is full: rsl_rl's
-        add_transition then raises its overflow error as usual)."""
+        """Views of the storage row the next transition goes to; None when the storage is full (rsl_rl's
+        add_transition then raises its overflow error as usual) or with RND (whose rewards rsl_rl's
+        process_env_step adds)."""
         st = self.storage
         if st.step >= st.num_transitions_per_env or self.rnd is not None:
             return None
@@ -393,9 +406,11 @@ class FleetPPO(PPO):
         surrogate, value, entropy_mean = (loss_sums / max(num_updates, 1)).tolist()
         return {"value": value, "surrogate": surrogate, "entropy": entropy_mean}
 
-    def _update_op_by_op(self) -> tuple[torch.Tensor, int]:
+    def _update_op_by_op(self, indices: list[torch.Tensor] | None = None) -> tuple[torch.Tensor, int]:
+        """Minibatch by minibatch, launched op by op: by `AnalyticMinibatch` where it applies (over `indices`, if
+        already drawn), otherwise by autograd over rsl_rl's minibatch generator (which draws its own)."""
         if self._analytic is not None:  # writes every gradient: nothing to zero
-            batches, gradients = self._packed_mini_batches(), self._analytic_gradients
+            batches, gradients = self._packed_mini_batches(indices), self._analytic_gradients
         else:
             batches = self.storage.mini_batch_generator(self.num_mini_batches, self.num_learning_epochs)
             gradients = self._autograd_gradients
@@ -425,12 +440,13 @@ class FleetPPO(PPO):
         permutation = torch.randperm(self.num_mini_batches * size, device=self.device)
         return list(permutation.split(size)) * self.num_learning_epochs
 
-    def _packed_mini_batches(self):
-        """rsl_rl's feed-forward minibatches (the same rows), each gathered by one index_select from one matrix
-        that holds every field side by side, instead of one indexing operation per field (the observations a
-        plain dict of its groups)."""
+    def _packed_mini_batches(self, indices: list[torch.Tensor] | None = None):
+        """rsl_rl's feed-forward minibatches (the same rows; `indices` from `_minibatch_indices`, drawn here if
+        None), each gathered by one index_select from one matrix that holds every field side by side, instead of
+        one indexing operation per field (the observations a plain dict of its groups)."""
         st = self.storage
-        indices = self._minibatch_indices()
+        if indices is None:
+            indices = self._minibatch_indices()
         rows = st.num_envs * st.num_transitions_per_env
         groups = list(st.observations.keys())
         fields = [st.observations[g] for g in groups]
@@ -462,12 +478,17 @@ class FleetPPO(PPO):
         """rsl_rl's minibatches (its permutation call, drawn first), each replayed as one recorded CUDA graph."""
         st = self.storage
         indices = self._minibatch_indices()
+        key = self._graph_key()
+        if self._graphed is not None and self._graphed_key != key:
+            self._graphed = None  # a setting the recorded kernels hold has changed: record again
         if self._graphed is None:  # recorded at the first update, from its rollout
             # The actor keeps its last distribution, and so the autograd graph of the last op-by-op minibatch (if
-            # one ran), whose gradient accumulators are bound to another stream than the capture's: a forward
-            # pass without gradients releases it.
+            # one ran), whose gradient accumulators are bound to another stream than the capture's: setting it
+            # from a forward pass without gradients releases it (and draws no random numbers).
             with torch.no_grad():
-                self.actor(st.observations[0], stochastic_output=True)
+                actor = self.actor
+                actor.distribution.update(actor.mlp(actor.get_latent(st.observations[0])))
+            self._graphed_key = key
             try:
                 self._graphed = GraphedMinibatch(
                     st, self.mini_batch_size, self._minibatch_loss, self._zero_gradients
@@ -476,13 +497,28 @@ class FleetPPO(PPO):
                 torch.cuda.synchronize(self.device)
                 self._capture_failed = True
                 log.warning("the PPO minibatch could not be captured as a CUDA graph (%s); op by op", exc)
-                return self._update_op_by_op()
+                return self._update_op_by_op(indices)
         graphed = self._graphed
         graphed.load(st)
         graphed.loss_sums.zero_()
         for index in indices:
             self._apply_gradients(graphed.run(index))
         return graphed.loss_sums.clone(), len(indices)
+
+    def _graph_key(self) -> tuple:
+        """The settings a recorded minibatch holds as constants or fixed branches (and its batch size): the graph
+        is recorded again when one changes (an entropy or clip schedule, say), as the op-by-op update follows it."""
+        return (
+            self.clip_param,
+            self.value_loss_coef,
+            self.entropy_coef,
+            self.desired_kl,
+            self.schedule,
+            self.normalize_advantage_per_mini_batch,
+            self.use_clipped_value_loss,
+            self.tf32,
+            self.mini_batch_size,
+        )
 
     def _minibatch_loss(self, batch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
         """Forward pass of one minibatch: (loss, [surrogate, value, entropy] detached, mean KL or None)."""

@@ -35,7 +35,7 @@ class CartpoleEnv(MujocoVecEnv):
         # saved is about a microsecond of each step.
         qpos, qvel = self.sim.qpos, self.sim.qvel
         self._x, self._theta, self._x_dot, self._theta_dot = qpos[:, 0], qpos[:, 1], qvel[:, 0], qvel[:, 1]
-        self._force = self.actions[:, 0]
+        self._action = self.actions[:, 0]  # the clipped action (the force is action x action_scale x gear)
         self._tilt_limits = torch.tensor([cfg.rail_limit, cfg.max_pole_angle], device=self.device)
 
     # Observations, rewards and terminations read qpos/qvel only: no extra forward pass needed.
@@ -78,7 +78,7 @@ class CartpoleEnv(MujocoVecEnv):
         return self._x.square().neg_().exp_()
 
     def _reward_small_control(self) -> torch.Tensor:
-        return self._force.square().neg_().exp_()
+        return self._action.square().neg_().exp_()
 
     def _reward_small_velocity(self) -> torch.Tensor:
         return self._theta_dot.square().mul_(-0.25).exp_()
