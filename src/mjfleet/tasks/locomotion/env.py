@@ -189,9 +189,9 @@ class LocomotionEnv(MujocoVecEnv):
         mass[:, self.trunk_body] += self.added_mass
 
     def _noise_vector(self) -> torch.Tensor:
+        """The actor's noise half-range per observation column, from the terms `compute_observations` uses."""
         nz = self.cfg.noise
-        parts = [(nz.lin_vel, 3), (nz.ang_vel, 3), (nz.gravity, 3), (0.0, 3), (nz.joint_pos, 12)]
-        parts += [(nz.joint_vel, 12), (0.0, 12)]
+        parts = [(noise, term.shape[1]) for term, noise in self._proprio_terms()]
         if self.scan_points is not None and self.cfg.height_scan.in_actor:
             parts.append((nz.height_scan, self.scan_points.shape[0]))
         scale = torch.cat([torch.full((k,), float(v)) for v, k in parts]).to(self.device)
@@ -300,21 +300,24 @@ class LocomotionEnv(MujocoVecEnv):
         return scan.clamp(-1.0, 1.0)
 
     # ----------------------------------------------------------- observations
+    def _proprio_terms(self) -> list[tuple[torch.Tensor, float]]:
+        """The proprioceptive observation terms in order, each with the half-range of the uniform noise the actor
+        sees on it (0: exact). The observations and the noise vector are both built from this list."""
+        nz, qpos, qvel = self.cfg.noise, self.sim.qpos, self.sim.qvel
+        return [
+            (self.base_lin_vel, nz.lin_vel),
+            (self.base_ang_vel, nz.ang_vel),
+            (self.gravity_b, nz.gravity),
+            (self.commands, 0.0),
+            (qpos[:, self._qj] - self.default_joint_pos, nz.joint_pos),
+            (qvel[:, self._vj], nz.joint_vel),
+            (self.last_actions, 0.0),
+        ]
+
     def compute_observations(self) -> dict[str, torch.Tensor]:
         self._update_base_state()  # environments may have just been reset
-        qpos, qvel = self.sim.qpos, self.sim.qvel
-        proprio = torch.cat(
-            (
-                self.base_lin_vel,
-                self.base_ang_vel,
-                self.gravity_b,
-                self.commands,
-                qpos[:, self._qj] - self.default_joint_pos,
-                qvel[:, self._vj],
-                self.last_actions,
-            ),
-            dim=1,
-        )
+        qpos = self.sim.qpos
+        proprio = torch.cat([term for term, _ in self._proprio_terms()], dim=1)
         base_height = (qpos[:, 2] - self.terrain_height(qpos[:, 0:2])).unsqueeze(1)
         privileged = [
             self.foot_contact.float(),
