@@ -151,3 +151,31 @@ def test_the_configured_optimizer_is_kept_with_its_settings(tmp_path, optimizer)
     before = [p.detach().clone() for p in runner.alg.actor.parameters()]
     runner.learn(1)
     assert any(not torch.equal(a, p) for a, p in zip(before, runner.alg.actor.parameters(), strict=True))
+
+
+def test_packed_minibatches_equal_indexing_every_field_as_the_cuda_graph_does(tmp_path):
+    """The op-by-op update gathers minibatches from one packed matrix; the CUDA graph (graphed_update) indexes
+    each of `transition_fields` instead: both are rsl_rl's rows and fields."""
+    from mjfleet.rl.minibatch_fields import make_batch, transition_fields
+
+    runner, _ = _runner(tmp_path)
+    alg = runner.alg
+    obs = runner.env.get_observations()
+    with torch.inference_mode():
+        for _ in range(runner.cfg["num_steps_per_env"]):
+            obs, rewards, dones, extras = runner.env.step(alg.act(obs))
+            alg.process_env_step(obs, rewards, dones, extras)
+        alg.compute_returns(obs)
+    st = alg.storage
+    indices = alg._minibatch_indices()
+    observations, fields = st.observations.flatten(0, 1), transition_fields(st)
+    assert len(fields) == 7  # actions, values, advantages, returns, log-probabilities, mean, std
+    for index, packed in zip(indices, alg._packed_mini_batches(indices), strict=True):
+        indexed = make_batch(observations[index], {name: t[index] for name, t in fields.items()})
+        for group in st.observations.keys():
+            assert torch.equal(packed.observations[group], indexed.observations[group])
+        for name in ("actions", "values", "advantages", "returns", "old_actions_log_prob"):
+            assert torch.equal(getattr(packed, name), getattr(indexed, name)), name
+        assert len(packed.old_distribution_params) == len(indexed.old_distribution_params) == 2
+        for a, b in zip(packed.old_distribution_params, indexed.old_distribution_params, strict=True):
+            assert torch.equal(a, b)

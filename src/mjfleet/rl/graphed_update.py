@@ -24,6 +24,8 @@ from collections.abc import Callable
 import torch
 from rsl_rl.storage import RolloutStorage
 
+from mjfleet.rl.minibatch_fields import make_batch, transition_fields
+
 WARMUP_REPLAYS = 3
 """Op-by-op runs on a side stream before capture (PyTorch's recipe: lazy initialisation happens outside it)."""
 
@@ -40,22 +42,13 @@ class GraphedMinibatch:
     ) -> None:
         device = storage.actions.device
         self.observations = storage.observations.flatten(0, 1).clone()
-        self.fields = {name: t.clone() for name, t in _flat_fields(storage).items()}
+        self.fields = {name: t.clone() for name, t in transition_fields(storage).items()}
         self.index = torch.arange(mini_batch_size, device=device)
         self.loss_sums = torch.zeros(3, device=device)
-        num_params = len(storage.distribution_params)  # type: ignore[arg-type]
 
         def body() -> torch.Tensor | None:
-            f, i = self.fields, self.index
-            batch = RolloutStorage.Batch(
-                observations=self.observations[i],  # type: ignore[arg-type]
-                actions=f["actions"][i],
-                values=f["values"][i],
-                advantages=f["advantages"][i],
-                returns=f["returns"][i],
-                old_actions_log_prob=f["actions_log_prob"][i],
-                old_distribution_params=tuple(f[f"distribution_{k}"][i] for k in range(num_params)),
-            )
+            i = self.index
+            batch = make_batch(self.observations[i], {name: t[i] for name, t in self.fields.items()})
             loss, terms, kl = loss_fn(batch)
             zero_gradients()
             loss.backward()
@@ -77,7 +70,7 @@ class GraphedMinibatch:
     def load(self, storage: RolloutStorage) -> None:
         """Copy this update's rollout into the graph's input buffers."""
         self.observations.copy_(storage.observations.flatten(0, 1))
-        for name, t in _flat_fields(storage).items():
+        for name, t in transition_fields(storage).items():
             self.fields[name].copy_(t)
 
     def run(self, indices: torch.Tensor) -> torch.Tensor | None:
@@ -85,17 +78,3 @@ class GraphedMinibatch:
         self.index.copy_(indices)
         self.graph.replay()
         return self.kl
-
-
-def _flat_fields(storage: RolloutStorage) -> dict[str, torch.Tensor]:
-    """The rollout's per-transition tensors, (steps x envs) flattened to one batch dimension, as rsl_rl's sampler."""
-    fields = {
-        "actions": storage.actions,
-        "values": storage.values,
-        "returns": storage.returns,
-        "actions_log_prob": storage.actions_log_prob,
-        "advantages": storage.advantages,
-    }
-    for k, p in enumerate(storage.distribution_params):  # type: ignore[arg-type]
-        fields[f"distribution_{k}"] = p
-    return {name: t.flatten(0, 1) for name, t in fields.items()}

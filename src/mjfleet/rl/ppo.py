@@ -13,6 +13,7 @@ from rsl_rl.algorithms import PPO
 
 from mjfleet.rl.analytic_gradients import AnalyticMinibatch, RolloutSlot
 from mjfleet.rl.graphed_update import GraphedMinibatch
+from mjfleet.rl.minibatch_fields import make_batch, transition_fields
 from mjfleet.rl.shm_reduce import SharedMemoryReduce
 
 log = logging.getLogger(__name__)
@@ -449,30 +450,16 @@ class FleetPPO(PPO):
             indices = self._minibatch_indices()
         rows = st.num_envs * st.num_transitions_per_env
         groups = list(st.observations.keys())
-        fields = [st.observations[g] for g in groups]
-        fields += [
-            st.actions,
-            st.values,
-            st.advantages,
-            st.returns,
-            st.actions_log_prob,
-            *st.distribution_params,
-        ]
-        columns = [f.reshape(rows, -1) for f in fields]
+        fields = transition_fields(st)
+        columns = [st.observations[g].reshape(rows, -1) for g in groups]
+        columns += [f.reshape(rows, -1) for f in fields.values()]
         packed = torch.cat(columns, dim=1)
         widths = [c.shape[1] for c in columns]
         n = len(groups)
         for index in indices:
             parts = packed.index_select(0, index).split(widths, dim=1)
-            yield st.Batch(
-                observations=dict(zip(groups, parts[:n], strict=True)),
-                actions=parts[n],
-                values=parts[n + 1],
-                advantages=parts[n + 2],
-                returns=parts[n + 3],
-                old_actions_log_prob=parts[n + 4],
-                old_distribution_params=tuple(parts[n + 5 :]),
-            )
+            observations = dict(zip(groups, parts[:n], strict=True))
+            yield make_batch(observations, dict(zip(fields, parts[n:], strict=True)))
 
     def _update_graphed(self) -> tuple[torch.Tensor, int]:
         """rsl_rl's minibatches (its permutation call, drawn first), each replayed as one recorded CUDA graph."""
