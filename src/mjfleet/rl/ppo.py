@@ -38,7 +38,12 @@ class FusedAdamStep:
         self.grads = grads
         self.exp_avgs = [s["exp_avg"] for s in state]
         self.exp_avg_sqs = [s["exp_avg_sq"] for s in state]
-        self.steps = [s["step"] for s in state]
+        # The step counters (one 0-d tensor per parameter, all equal) become views of one vector: one add per
+        # step instead of `_foreach_add_`, which on a CPU adds and converts tensor by tensor (20 us for 13).
+        self.step_counts = torch.stack([s["step"] for s in state])
+        self.steps = list(self.step_counts.unbind())
+        for s, step in zip(state, self.steps, strict=True):
+            s["step"] = step
 
     @classmethod
     def build(cls, optimizer: torch.optim.Optimizer, grads: list[torch.Tensor]) -> FusedAdamStep | None:
@@ -66,7 +71,7 @@ class FusedAdamStep:
     def __call__(self) -> None:
         group = self.group
         beta1, beta2 = group["betas"]
-        torch._foreach_add_(self.steps, 1)
+        self.step_counts.add_(1)
         torch._fused_adam_(
             self.params,
             self.grads,
