@@ -132,9 +132,12 @@ def _updates_from_one_rollout(task: str, variants: list[dict]):
 
 @pytest.mark.parametrize("task", TASKS)
 def test_graph_replayed_ppo_update_agrees_with_the_op_by_op_update(task):
-    """The recorded minibatch (forward + backward as one CUDA graph) gives the op-by-op update's parameters."""
-    # op by op; recorded at the first update; replayed (IEEE float32: TF32 rounds differently per kernel)
+    """The recorded minibatch (loss and gradients as one CUDA graph) gives the op-by-op update's parameters, with
+    the hand-written gradients (the default for MLPs) and with autograd inside the graph."""
+    # op by op; recorded at the first update; replayed; recorded again with autograd (IEEE float32: TF32 rounds
+    # differently per kernel)
     variants = [{"capture_update": c, "tf32": False} for c in (False, True, True)]
+    variants.append({"capture_update": True, "tf32": False, "_analytic": None})
     start_params, results = _updates_from_one_rollout(task, variants)
     params, buffers, losses, learning_rate = results[0]
     assert (params - start_params).abs().max() > 1e-4  # the update changed the policy

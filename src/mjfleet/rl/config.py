@@ -45,16 +45,16 @@ class PPOConfig:
     max_grad_norm: float = 1.0
     use_clipped_value_loss: bool = True
     capture_update: bool = True
-    """On CUDA: record one minibatch's forward and backward pass as a CUDA graph and replay it for every
-    minibatch (same minibatches and optimizer; far fewer kernel launches)."""
+    """On CUDA: record one minibatch's loss and gradients as a CUDA graph and replay it for every minibatch
+    (same minibatches and optimizer; far fewer kernel launches)."""
     tf32: bool = True
     """On CUDA: the update's float32 matrix products on TensorFloat-32 tensor cores (inputs rounded to a 10-bit
     mantissa, float32 sums), as mjlab's train does; `--agent.algorithm.no-tf32` keeps IEEE float32. Rollouts
     and environments always use IEEE float32; no effect on a CPU."""
     analytic_gradients: bool = True
-    """MLP networks: compute rollout actions and, where no CUDA graph is replayed (CPU), the update's loss and
-    gradients layer by layer instead of through module calls and autograd (same mathematics, about a fifth of
-    the operations); other network types keep rsl_rl's code."""
+    """MLP networks: compute rollout actions and the update's loss and gradients (also inside the CUDA graph)
+    layer by layer instead of through module calls and autograd (same mathematics, about a fifth of the
+    operations); other network types keep rsl_rl's code."""
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""One PPO minibatch's forward and backward pass, recorded once as a CUDA graph and replayed for every minibatch.
+"""One PPO minibatch's loss and gradients, recorded once as a CUDA graph and replayed for every minibatch.
 
 On a GPU the PPO update is a few hundred small kernels per minibatch (two MLPs forward and backward, the
 distribution, the losses), each launched from Python: the GPU waits for the CPU. Recorded into one CUDA graph a
@@ -10,8 +10,9 @@ What the graph holds and what it does not:
   tensors for the advantages after every rollout, so the graph cannot read the storage itself), and the
   minibatch's indices from a static index buffer that `run()` fills before each replay. The permutation is drawn
   outside the graph with rsl_rl's own call, so the minibatches are exactly rsl_rl's.
-- It zeroes the gradients (FleetPPO keeps them as views of one flat buffer), back-propagates into them and adds
-  the loss terms to `loss_sums`.
+- It runs the function FleetPPO computes a minibatch's gradients with op by op (`AnalyticMinibatch` for MLP
+  networks, else the loss, zeroed gradients and autograd's backward pass), which writes them into FleetPPO's
+  flat gradient buffer, and adds the loss terms to `loss_sums`.
 - The gradient all-reduce, the adaptive learning rate (one host read of the KL, as in the op-by-op update),
   gradient clipping and the optimizer step run outside, op by op: the optimizer, its state and the learning rate
   stay exactly rsl_rl's.
@@ -31,14 +32,14 @@ WARMUP_REPLAYS = 3
 
 
 class GraphedMinibatch:
-    """`loss_fn(batch) -> (loss, terms, kl)` plus its backward pass, as one CUDA graph over a static rollout copy."""
+    """`gradients(batch) -> (loss terms, kl)`, which writes the minibatch's gradients, as one CUDA graph over a
+    static copy of the rollout."""
 
     def __init__(
         self,
         storage: RolloutStorage,
         mini_batch_size: int,
-        loss_fn: Callable[[RolloutStorage.Batch], tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]],
-        zero_gradients: Callable[[], None],
+        gradients: Callable[[RolloutStorage.Batch], tuple[torch.Tensor, torch.Tensor | None]],
     ) -> None:
         device = storage.actions.device
         self.observations = storage.observations.flatten(0, 1).clone()
@@ -49,9 +50,7 @@ class GraphedMinibatch:
         def body() -> torch.Tensor | None:
             i = self.index
             batch = make_batch(self.observations[i], {name: t[i] for name, t in self.fields.items()})
-            loss, terms, kl = loss_fn(batch)
-            zero_gradients()
-            loss.backward()
+            terms, kl = gradients(batch)
             self.loss_sums += terms
             return kl
 

@@ -119,9 +119,9 @@ class FleetPPO(PPO):
     - losses are summed on device and read once, after the last minibatch;
     - Adam uses torch's fused kernel (one kernel per step for all parameters instead of one per tensor), called
       directly after the first step of an update (`FusedAdamStep`);
-    - on CUDA each minibatch's forward and backward pass is one replayed CUDA graph (`capture_update`), its
-      matrix products in TF32 unless `tf32=False` (as mjlab trains); elsewhere MLP networks get their
-      gradients layer by layer without autograd (`analytic_gradients`).
+    - MLP networks get their gradients layer by layer without autograd (`analytic_gradients`);
+    - on CUDA each minibatch's loss and gradients are one replayed CUDA graph (`capture_update`), its matrix
+      products in TF32 unless `tf32=False` (as mjlab trains).
 
     Recurrent policies, RND and symmetry augmentation fall back to rsl_rl's own update.
     """
@@ -136,7 +136,7 @@ class FleetPPO(PPO):
     ) -> None:
         super().__init__(*args, **kwargs)
         self.capture_update = capture_update
-        """On CUDA: record a minibatch's forward and backward pass once and replay it (mjfleet.rl.graphed_update)."""
+        """On CUDA: record a minibatch's loss and gradients once and replay them (mjfleet.rl.graphed_update)."""
         self.tf32 = tf32
         """On CUDA: the update's float32 matrix products in TF32 (`update_precision`)."""
         self._graphed: GraphedMinibatch | None = None
@@ -415,11 +415,11 @@ class FleetPPO(PPO):
     def _update_op_by_op(self, indices: list[torch.Tensor] | None = None) -> tuple[torch.Tensor, int]:
         """Minibatch by minibatch, launched op by op: by `AnalyticMinibatch` where it applies (over `indices`, if
         already drawn), otherwise by autograd over rsl_rl's minibatch generator (which draws its own)."""
-        if self._analytic is not None:  # writes every gradient: nothing to zero
-            batches, gradients = self._packed_mini_batches(indices), self._analytic_gradients
+        gradients = self._gradients_function()
+        if self._analytic is not None:
+            batches = self._packed_mini_batches(indices)
         else:
             batches = self.storage.mini_batch_generator(self.num_mini_batches, self.num_learning_epochs)
-            gradients = self._autograd_gradients
         loss_sums = torch.zeros(3, device=self.device)  # surrogate, value, entropy
         num_updates = 0
         for batch in batches:
@@ -428,6 +428,11 @@ class FleetPPO(PPO):
             loss_sums += terms
             num_updates += 1
         return loss_sums, num_updates
+
+    def _gradients_function(self):
+        """How a minibatch's gradients are computed (op by op and inside the CUDA graph): `AnalyticMinibatch`
+        where it applies (it writes every gradient: nothing to zero), otherwise autograd."""
+        return self._analytic_gradients if self._analytic is not None else self._autograd_gradients
 
     def _autograd_gradients(self, batch) -> tuple[torch.Tensor, torch.Tensor | None]:
         loss, terms, kl = self._minibatch_loss(batch)
@@ -482,9 +487,7 @@ class FleetPPO(PPO):
                 actor.distribution.update(actor.mlp(actor.get_latent(st.observations[0])))
             self._graphed_key = key
             try:
-                self._graphed = GraphedMinibatch(
-                    st, self.mini_batch_size, self._minibatch_loss, self._zero_gradients
-                )
+                self._graphed = GraphedMinibatch(st, self.mini_batch_size, self._gradients_function())
             except Exception as exc:  # an optimisation: run op by op instead, loudly, once
                 torch.cuda.synchronize(self.device)
                 self._capture_failed = True
@@ -510,6 +513,7 @@ class FleetPPO(PPO):
             self.use_clipped_value_loss,
             self.tf32,
             self.mini_batch_size,
+            self._analytic is not None,
         )
 
     def _minibatch_loss(self, batch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
