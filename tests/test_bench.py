@@ -58,6 +58,8 @@ def assert_consistent_point(point: dict, workers: int) -> None:
     assert training["env_steps_per_s"] == pytest.approx(
         training["steps_per_iteration"] / training["iteration_s"]
     )
+    # an iteration is timed whole (record to record), so it lasts longer than its collection
+    assert training["env_steps_per_s"] < training["collection_env_steps_per_s"]
     assert point["memory"]["peak_rss_mib_max"] > 0
     assert len(point["memory"]["peak_rss_mib_per_worker"]) == workers
 

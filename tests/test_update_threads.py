@@ -102,3 +102,13 @@ def test_runner_updates_on_the_chosen_thread_count_and_collects_on_one(tmp_path)
     assert threads_seen[:4] == [1, 2, 2, 1]
     assert threads_seen[4] == min(runner.update_threads.last, key=runner.update_threads.last.__getitem__)
     assert record["Perf/update_threads"] == threads_seen[-1]
+
+
+def test_the_opening_is_four_updates_when_both_counts_are_tried_and_none_otherwise():
+    """bench leaves these updates untimed (the first choice is made after them)."""
+    adaptive, pinned = UpdateThreads(available=2), UpdateThreads(available=1)
+    assert adaptive.opening_updates == 4 and pinned.opening_updates == 0
+    for _ in range(adaptive.opening_updates):
+        with adaptive.applied():
+            pass
+    assert adaptive._next_probe is not None  # the first choice has been made

@@ -29,7 +29,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from mjfleet.bench import machine
+from mjfleet.bench import machine, report
 from mjfleet.envs import EnvConfig
 from mjfleet.launch.devices import WorkerPlan
 from mjfleet.rl import AgentConfig
@@ -72,6 +72,7 @@ class _Collectives:
     in_update: bool = False
     in_grad_reduce: bool = False
     cpu_mark: float = 0.0
+    wall_mark: float = 0.0
     per_iteration: list[dict[str, float]] = field(default_factory=list)
 
 
@@ -275,6 +276,9 @@ def _timed_training(job: BenchJob, runner, device: torch.device) -> list[dict[st
     acc = _Collectives()
     cuda = device.type == "cuda"
     alg = runner.alg
+    # Untimed: the first iteration (optimizer state, caches) and, where the update's thread count is chosen by
+    # measurement, every update until it has tried both counts (as `train` does in its first iterations).
+    warmup = max(1, runner.update_threads.opening_updates)
 
     def timed(fn: Callable, *args, **kwargs) -> tuple[Any, float]:
         if cuda:  # nccl collectives are asynchronous: synchronise so their time is theirs
@@ -316,9 +320,12 @@ def _timed_training(job: BenchJob, runner, device: torch.device) -> list[dict[st
 
     def record(*args, **kwargs):
         rec = original_record(*args, **kwargs)
-        now = time.process_time()
+        now, wall = time.process_time(), time.perf_counter()
         acc.per_iteration.append(
             {
+                # from the previous iteration's record to this one's: everything an iteration costs in `train`
+                # (collection, update, statistics, the stop agreement, logging), wall-clock and CPU time
+                "wall_s": wall - acc.wall_mark,
                 "cpu_s": now - acc.cpu_mark,
                 "collect_s": float(rec["collect_time"]),
                 "update_s": float(rec["learn_time"]),
@@ -329,7 +336,7 @@ def _timed_training(job: BenchJob, runner, device: torch.device) -> list[dict[st
             }
         )
         acc.grad_allreduce_s = acc.collectives_s = 0.0
-        acc.cpu_mark = now
+        acc.cpu_mark, acc.wall_mark = now, wall
         return rec
 
     original_update, original_record = alg.update, runner._record
@@ -343,9 +350,9 @@ def _timed_training(job: BenchJob, runner, device: torch.device) -> list[dict[st
     try:
         storage = alg.storage
         storage.clear()
-        acc.cpu_mark = time.process_time()
+        acc.cpu_mark, acc.wall_mark = time.process_time(), time.perf_counter()
         with contextlib.redirect_stdout(io.StringIO()):  # the runner's per-iteration lines
-            runner.learn(1 + job.iterations, init_at_random_ep_len=job.agent.init_at_random_ep_len)
+            runner.learn(warmup + job.iterations, init_at_random_ep_len=job.agent.init_at_random_ep_len)
     finally:
         for name, fn in saved.items():
             setattr(dist, name, fn)
@@ -353,7 +360,7 @@ def _timed_training(job: BenchJob, runner, device: torch.device) -> list[dict[st
         runner._record = original_record
     # collectives_s = the gradient all-reduce (which also carries the adaptive schedule's KL, see FleetPPO) plus
     # the other collectives of the update (normaliser statistics).
-    return acc.per_iteration[1:]  # the first iteration warms up (optimizer state, caches)
+    return acc.per_iteration[warmup:]
 
 
 # ------------------------------------------------------------------------------------------- helpers
@@ -408,6 +415,6 @@ def _progress_line(job: BenchJob, point: dict[str, Any], workers: int) -> str:
             parts.append(f"{phase} {workers * n * job.steps / min(times):,.0f}/s")
     iterations = point.get("iterations")
     if iterations:
-        best = min(it["collect_s"] + it["update_s"] for it in iterations)
+        best = min(report.iteration_s(it) for it in iterations)
         parts.append(f"training {workers * point['steps_per_iteration'] / best:,.0f}/s")
     return "  ".join(parts) + " (rank 0's view; env-steps/s)"

@@ -107,12 +107,18 @@ def _block_rates(times_per_rank: list[list[float]], steps: int) -> tuple[float, 
     return steps / min(blocks), steps * len(blocks) / sum(blocks)
 
 
+def iteration_s(it: dict[str, float]) -> float:
+    """An iteration's wall time: everything between two iterations' records (JSON written before 2026-11-23 08:40
+    has only collection + update)."""
+    return it.get("wall_s", it["collect_s"] + it["update_s"])
+
+
 def _summarize_training(
     per_rank: list[dict[str, Any]], workers: int, steps_per_iteration: int, physics: float | None
 ) -> dict[str, Any]:
     iterations = [p["iterations"] for p in per_rank]
     total = workers * steps_per_iteration
-    its = [max(it["collect_s"] + it["update_s"] for it in group) for group in zip(*iterations, strict=True)]
+    its = [max(iteration_s(it) for it in group) for group in zip(*iterations, strict=True)]
     collects = [max(it["collect_s"] for it in group) for group in zip(*iterations, strict=True)]
     out: dict[str, Any] = {
         "env_steps_per_s": total / min(its),

@@ -47,7 +47,8 @@ class BenchFlags:
     hosts: tuple[str, ...] = ("localhost",)
     """Machines to run on (as for train); the 1-worker reference runs on this machine."""
     iterations: int = 3
-    """Timed PPO iterations per env count (after one warm-up iteration)."""
+    """Timed PPO iterations per env count, after the untimed ones: the first, and on CPU while the update's thread
+    count is still being chosen (4 iterations)."""
     steps: int = 100
     """Policy steps per timed block of the physics, env and rollout phases."""
     repeats: int = 3

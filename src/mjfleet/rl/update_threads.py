@@ -74,6 +74,12 @@ class UpdateThreads:
     def adaptive(self) -> bool:
         return self.available > self.base
 
+    @property
+    def opening_updates(self) -> int:
+        """Updates before the first choice: warm-ups and one measured update with each thread count (0 when not
+        adaptive)."""
+        return len(self._opening) if self.adaptive else 0
+
     def _other(self, threads: int) -> int:
         return self.available if threads == self.base else self.base
 
