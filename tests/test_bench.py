@@ -120,11 +120,15 @@ def test_two_cpu_workers_report_scaling_against_one_worker_and_the_all_reduce_sh
 
 def test_num_envs_auto_uses_the_cached_count_for_this_task_device_and_versions(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("MJFLEET_CACHE_DIR", str(tmp_path))
+    from mjfleet.tasks import get_task
+
+    spec = get_task("Cartpole-Balance")
     key = autotune.cache_key(
         "Cartpole-Balance",
         machine.cpu_model(),
-        1,
-        machine.versions(),  # 1 torch thread: the CPU default
+        1,  # 1 torch thread: the CPU default
+        machine.versions(),
+        autotune.config_digest(spec.env_config(), spec.agent_config()),  # the task's own settings
     )
     autotune.store(key, {"num_envs": 16, "sweep": {"16": 1.0}, "date": "2026-11-22"})
     out = tmp_path / "bench.json"
@@ -230,3 +234,33 @@ def test_resolve_checks_a_command_and_plans_it_without_measuring():
     plan, sizes, auto = resolve(*parse_args(args))
     assert plan.world_size == 2 and plan.threads_per_worker == 1 and plan.is_cpu
     assert sizes == [16, 64] and not auto
+
+
+def test_peak_rss_starts_a_new_window_per_env_count():
+    """bench resets the peak before each env count: a larger count measured before (an in-process
+    `--num-envs auto` sweep) does not show in a smaller one's figure."""
+    import numpy as np
+
+    if not machine.reset_peak_rss():
+        pytest.skip("no /proc/self/clear_refs here: the peak counts from process start")
+    base = machine.peak_rss_bytes()
+    block = np.ones(64 * 2**20 // 8)  # 64 MiB, touched
+    assert machine.peak_rss_bytes() >= base + 60 * 2**20
+    del block
+    assert machine.reset_peak_rss()
+    assert machine.peak_rss_bytes() < base + 32 * 2**20
+
+
+def test_the_auto_cache_tells_task_settings_apart_but_not_the_env_count():
+    from mjfleet.tasks import get_task
+
+    spec = get_task("Cartpole-Balance")
+    env, agent = spec.env_config(), spec.agent_config()
+    digest = autotune.config_digest(env, agent)
+    env.num_envs = 12345  # what the sweep varies
+    assert autotune.config_digest(env, agent) == digest
+    env.decimation += 1
+    assert autotune.config_digest(env, agent) != digest
+    env.decimation -= 1
+    agent.actor.hidden_dims = (8,)
+    assert autotune.config_digest(env, agent) != digest

@@ -67,29 +67,33 @@ def test_cpu_workers_see_no_gpu_and_get_their_thread_share():
     assert worker_env(plan) == {"CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "3"}
 
 
-def test_gpu_workers_see_their_selected_gpus():
-    plan = WorkerPlan(devices=("cuda:0", "cuda:1"), backend="nccl", cuda_visible_devices="3,5")
-    assert worker_env(plan) == {"CUDA_VISIBLE_DEVICES": "3,5"}
+def test_gpu_workers_see_their_selected_gpus_and_split_the_cores():
+    plan = WorkerPlan(
+        devices=("cuda:0", "cuda:1"), backend="nccl", cuda_visible_devices="3,5", threads_per_worker=8
+    )
+    assert worker_env(plan) == {"CUDA_VISIBLE_DEVICES": "3,5", "OMP_NUM_THREADS": "8"}
 
 
 # --- log directory --------------------------------------------------------------------------------------
 
 
-def test_torchrunx_log_dir_variable_wins_over_the_argument(monkeypatch, tmp_path):
+def test_the_log_dir_flag_wins_over_the_variable_which_wins_over_the_default(monkeypatch, tmp_path):
     monkeypatch.setenv("TORCHRUNX_LOG_DIR", str(tmp_path / "env"))
-    assert worker_log_dir(tmp_path / "arg") == tmp_path / "env"
+    assert worker_log_dir(tmp_path / "flag", tmp_path / "default") == tmp_path / "flag"
+    assert worker_log_dir("", tmp_path / "default") is None  # --torchrunx-log-dir "": no files
+    assert worker_log_dir(None, tmp_path / "default") == tmp_path / "env"
 
 
-def test_empty_torchrunx_log_dir_variable_disables_log_files(monkeypatch, tmp_path):
+def test_empty_torchrunx_log_dir_variable_disables_the_default_log_files(monkeypatch, tmp_path):
     monkeypatch.setenv("TORCHRUNX_LOG_DIR", "")
-    assert worker_log_dir(tmp_path / "arg") is None
+    assert worker_log_dir(None, tmp_path / "default") is None
 
 
-def test_log_dir_argument_is_used_without_the_variable(monkeypatch, tmp_path):
+def test_the_default_log_dir_is_used_without_flag_and_variable(monkeypatch, tmp_path):
     monkeypatch.delenv("TORCHRUNX_LOG_DIR", raising=False)
-    assert worker_log_dir(tmp_path) == tmp_path
-    assert worker_log_dir("") is None
-    assert worker_log_dir(None) is None
+    assert worker_log_dir(None, tmp_path) == tmp_path
+    assert worker_log_dir(None, None) is None
+    assert worker_log_dir("", tmp_path) is None
 
 
 # --- one worker: this process ---------------------------------------------------------------------------

@@ -5,11 +5,14 @@ The sweep doubles the environment count from a start value and measures rollout 
 the real run gives each worker. It stops after `FLAT_DOUBLINGS` doublings in a row that each gain less than
 `MIN_GAIN` (one flat step may be noise on a shared machine), at the cap, or when a size no longer fits in
 memory, and picks the smallest count within `WITHIN_BEST` of the best rate seen.
-Results are cached per task, device, threads per worker and library versions in a small JSON file.
+Results are cached per task, device, threads per worker, library versions and task settings in a small JSON
+file.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import json
 import os
 import time
@@ -37,9 +40,22 @@ def cache_path() -> Path:
     return base / "bench_num_envs.json"
 
 
-def cache_key(task: str, device_name: str, threads: int, versions: dict[str, str]) -> str:
+def cache_key(task: str, device_name: str, threads: int, versions: dict[str, str], config: str = "") -> str:
+    """The cache entry's name; `config` a digest of the task's settings (`config_digest`)."""
     libs = ",".join(f"{k}={versions[k]}" for k in ("mjfleet", "warp", "mujoco_warp", "torch"))
-    return f"{task}|{device_name}|threads={threads}|{libs}"
+    return f"{task}|{device_name}|threads={threads}|{libs}" + (f"|config={config}" if config else "")
+
+
+def config_digest(*configs: Any) -> str:
+    """A short digest of dataclass configs (the env and agent settings the sweep ran with, `num_envs` aside):
+    another decimation, rollout length or network measures, and is cached, separately."""
+    fields = []
+    for cfg in configs:
+        values = dataclasses.asdict(cfg)
+        values.pop("num_envs", None)
+        fields.append(values)
+    text = json.dumps(fields, sort_keys=True, default=str)
+    return hashlib.sha1(text.encode()).hexdigest()[:12]
 
 
 def load(key: str) -> dict[str, Any] | None:

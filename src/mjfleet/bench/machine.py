@@ -79,8 +79,25 @@ def seconds_since_process_start() -> float:
 _IMPORTED_AT = time.perf_counter()
 
 
+def reset_peak_rss() -> bool:
+    """Start a new peak-RSS window: Linux (4.0+) resets the high-water mark VmHWM to the current RSS when "5" is
+    written to /proc/self/clear_refs. False where that is not possible (the peak then counts from process start)."""
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+        return True
+    except OSError:
+        return False
+
+
 def peak_rss_bytes() -> int:
-    """Peak resident memory of this process so far (ru_maxrss: KiB on Linux, bytes on macOS)."""
+    """Peak resident memory of this process since `reset_peak_rss` (VmHWM), else since it started (ru_maxrss:
+    KiB on Linux, bytes on macOS)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return peak if sys.platform == "darwin" else peak * 1024
 

@@ -47,7 +47,8 @@ class BenchJob:
     agent: AgentConfig
     plan: WorkerPlan
     sizes: tuple[int, ...]
-    """Environments per worker, measured in this order (ascending keeps the running peak RSS meaningful)."""
+    """Environments per worker, measured in this order (ascending: where a memory peak cannot be reset, the
+    running peak is then the largest count's)."""
     steps: int = 100
     """Policy steps per timed block (physics, env, rollout)."""
     repeats: int = 3
@@ -78,6 +79,11 @@ class _Collectives:
 
 def bench_worker(job: BenchJob) -> dict[str, Any] | None:
     """Runs in every worker; returns (on rank 0) every worker's raw measurements and start-up facts."""
+    # Where the worker starts: the rendezvous, task imports and warp's initialisation below count as its build.
+    startup: dict[str, Any] = {
+        "process_age_at_start_s": machine.seconds_since_process_start(),
+        "launch_to_worker_start_s": None if job.launch_time is None else time.time() - job.launch_time,
+    }
     import warp as wp
 
     from mjfleet.cli.common import quiet_warp
@@ -87,23 +93,21 @@ def bench_worker(job: BenchJob) -> dict[str, Any] | None:
     quiet_warp()
     ctx = WorkerContext.from_env(job.plan)
     setup_worker(ctx, job.plan)
+    startup["rank"] = ctx.rank
     device = torch.device(ctx.device)
     spec = get_task(job.task)
     seed = seed_for(job.agent.seed, ctx)
     modules_before = machine.cached_modules()
-    startup: dict[str, Any] = {
-        "rank": ctx.rank,
-        "process_age_at_start_s": machine.seconds_since_process_start(),
-        "launch_to_worker_start_s": None if job.launch_time is None else time.time() - job.launch_time,
-    }
     points = []
     with wp.ScopedDevice(ctx.device):
         for index, num_envs in enumerate(job.sizes):
             torch.manual_seed(seed)
-            wp.rand_init(seed)
             cfg = copy.deepcopy(job.env)
             cfg.num_envs = num_envs
             agent = copy.deepcopy(job.agent)
+            # Memory peaks of this env count only (an in-process `--num-envs auto` sweep ran larger ones before).
+            machine.reset_peak_rss()
+            warp_high_before = _warp_mempool_high(ctx.device) if device.type == "cuda" else None
             if device.type == "cuda":
                 torch.cuda.reset_peak_memory_stats(device)
             t_build = time.perf_counter()
@@ -122,6 +126,11 @@ def bench_worker(job: BenchJob) -> dict[str, Any] | None:
                 startup["modules_compiled"] = len(machine.cached_modules() - modules_before)
             point = _measure_point(job, ctx, env, runner, device)
             point.update(num_envs=num_envs, build_s=build_s, rank=ctx.rank)
+            if device.type == "cuda":
+                # warp's high-water mark cannot be reset: it is this env count's only if this count raised it
+                high = point["gpu_warp_peak_bytes"]
+                if high is not None and warp_high_before is not None and high <= warp_high_before:
+                    point["gpu_warp_peak_bytes"] = None
             points.append(point)
             if ctx.is_main and not job.quiet:
                 print(_progress_line(job, point, ctx.world_size), flush=True)

@@ -340,7 +340,7 @@ def _startup_line(run: dict[str, Any]) -> str:
         parts += [
             f"agent + worker spawn {spawn:.1f} s",
             f"worker imports {imports:.1f} s",
-            f"build + first step {build:.1f} s",
+            f"worker set-up (process group, task, warp) + build + first step {build:.1f} s",
         ]
         return f"start-up: {s['first_env_step_s']:.1f} s to the first env step ({' + '.join(parts)}; {cache})"
     return (

@@ -37,7 +37,7 @@ class BenchFlags:
     Every env and agent setting of the task is a flag too (--env.*, --agent.*)."""
 
     num_envs: tuple[str, ...] = ()
-    """Environments per worker: one value, several (a sweep: `64 256 1024`), or `auto` (where throughput stops growing; measured once per task, device and versions, then cached). Default: the task's default for the device."""
+    """Environments per worker: one value, several (a sweep: `64 256 1024`), or `auto` (where throughput stops growing; measured once per task, device, threads per worker, versions and task settings, then cached). Default: the task's default for the device."""
     gpu_ids: tuple[str, ...] = ("auto",)
     """GPUs, one worker each: `0 1`, `"[0, 1]"`, `all`, or `None`/`cpu` for CPU. auto: GPU 0 if CUDA is available, else CPU (as train)."""
     cpu_workers: int = 1
@@ -58,7 +58,8 @@ class BenchFlags:
     retune: bool = False
     """With --num-envs auto: measure again instead of using the cached count."""
     torchrunx_log_dir: str | None = None
-    """Worker log files (several workers only). Default: $TORCHRUNX_LOG_DIR, else none."""
+    """Worker log files (several workers only); wins over $TORCHRUNX_LOG_DIR. Default: $TORCHRUNX_LOG_DIR, else
+    none."""
     quiet: bool = False
     """Only the final table (no progress lines)."""
 
@@ -181,9 +182,10 @@ def run(argv: list[str]) -> dict[str, Any]:
         startup = first_startup or summarize_startup(raw)
         runs.append(summarize_run(raw, startup))
     if plan.world_size > 1:
-        log_dir = "" if flags.torchrunx_log_dir is None else flags.torchrunx_log_dir
         raw = _rank0(
-            run_workers(plan, bench_worker, job(plan, sizes, launch_time=time.time()), log_dir=log_dir)
+            run_workers(
+                plan, bench_worker, job(plan, sizes, launch_time=time.time()), log_dir=flags.torchrunx_log_dir
+            )
         )
         runs.append(summarize_run(raw, summarize_startup(raw, parent_ready_s)))
 
@@ -219,7 +221,10 @@ def _auto_num_envs(task_name: str, single: WorkerPlan, flags: Any, job, versions
     from mjfleet.bench.measure import bench_worker
 
     device = single.devices[0]
-    key = autotune.cache_key(task_name, machine.device_name(device), single.threads_per_worker, versions)
+    config = autotune.config_digest(flags.env, flags.agent)
+    key = autotune.cache_key(
+        task_name, machine.device_name(device), single.threads_per_worker, versions, config
+    )
     cached = None if flags.retune else autotune.load(key)
     if cached is not None:
         return {**cached, "cached": True, "cache_file": str(autotune.cache_path()), "key": key}, None
@@ -234,7 +239,7 @@ def _auto_num_envs(task_name: str, single: WorkerPlan, flags: Any, job, versions
         raw = _rank0(run_workers(single, bench_worker, sweep_job))
         if not first:
             first.update(summarize_startup(raw))
-        return summarize_run(raw, {})["points"][0]["rollout"]["env_steps_per_s"]
+        return summarize_run(raw)["points"][0]["rollout"]["env_steps_per_s"]
 
     if not flags.quiet:
         print(

@@ -220,7 +220,6 @@ def play(task_name: str, flags: Any) -> dict[str, Any]:
         torch.cuda.set_device(torch.device(device))
     start = time.perf_counter()
     with wp.ScopedDevice(device):
-        wp.rand_init(flags.seed)
         env = spec.make_env(env_cfg, device)
         obs = env.get_observations()
         actor = None

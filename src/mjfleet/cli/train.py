@@ -60,7 +60,8 @@ class TrainFlags:
     log_format: Literal["block", "compact"] = "block"
     """Console progress: a short block per iteration, or one line with ETA."""
     torchrunx_log_dir: str | None = None
-    """Worker log files (several workers only). Default: $TORCHRUNX_LOG_DIR, else <run_dir>/torchrunx. "" disables."""
+    """Worker log files (several workers only); wins over $TORCHRUNX_LOG_DIR. Default: $TORCHRUNX_LOG_DIR, else
+    <run_dir>/torchrunx. "" disables."""
     resume: bool = False
     """Continue the latest run of this experiment (that has a checkpoint) from its latest checkpoint, in a new run
     directory; iteration numbers continue and --max-iterations counts from 0, not from the checkpoint."""
@@ -212,7 +213,6 @@ def train_worker(job: TrainJob) -> dict[str, Any]:
     # From here on a signal asks for a clean stop after the current iteration (one iteration at least runs).
     stop = StopRequest(abort_on_repeat=job.plan.in_process, announce=ctx.is_main)
     with stop, wp.ScopedDevice(ctx.device):
-        wp.rand_init(seed)
         env = spec.make_env(job.env, ctx.device)
         runner = FleetRunner(
             env,
@@ -330,12 +330,15 @@ def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else list(argv)
     task_name, flags = parse_args(argv)
     job = dataclasses.replace(resolve(task_name, flags), command=tuple(argv))
-    log_dir = flags.torchrunx_log_dir
-    if log_dir is None:
-        log_dir = str(job.run_dir.path / "torchrunx")
     start = time.perf_counter()
     try:
-        summary = run_workers(job.plan, train_worker, job, log_dir=log_dir)
+        summary = run_workers(
+            job.plan,
+            train_worker,
+            job,
+            log_dir=flags.torchrunx_log_dir,
+            default_log_dir=job.run_dir.path / "torchrunx",
+        )
     except KeyboardInterrupt as exc:  # Interrupted (a clean stop), or a second Ctrl-C in the one-worker case
         signum = getattr(exc, "signum", signal.SIGINT)
         _report_interrupt(job, argv, signum)

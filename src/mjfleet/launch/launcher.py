@@ -76,10 +76,14 @@ def run_workers(
     fn: Callable[..., R],
     *args: Any,
     log_dir: str | os.PathLike[str] | None = None,
+    default_log_dir: str | os.PathLike[str] | None = None,
     grace_s: float = DEFAULT_GRACE_S,
     **kwargs: Any,
 ) -> R:
     """Call ``fn(*args, **kwargs)`` on every worker of ``plan`` and return rank 0's result.
+
+    Several workers write log files to ``log_dir`` if given, else $TORCHRUNX_LOG_DIR, else ``default_log_dir``
+    (`worker_log_dir`).
 
     ``fn`` must be a picklable top-level function (workers import its module by name); it finds its rank
     and device with ``WorkerContext.from_env(plan)``. Raises :class:`WorkerFailed` when a worker fails and
@@ -87,12 +91,18 @@ def run_workers(
     """
     if plan.in_process:
         return _run_in_process(fn, args, kwargs)
-    return _run_with_torchrunx(plan, fn, args, kwargs, log_dir, grace_s)
+    return _run_with_torchrunx(plan, fn, args, kwargs, worker_log_dir(log_dir, default_log_dir), grace_s)
 
 
-def worker_log_dir(log_dir: str | os.PathLike[str] | None) -> Path | None:
-    """Where per-worker log files go: $TORCHRUNX_LOG_DIR if set, else ``log_dir``; None when disabled."""
-    chosen = os.environ.get("TORCHRUNX_LOG_DIR", None if log_dir is None else str(log_dir))
+def worker_log_dir(
+    log_dir: str | os.PathLike[str] | None, default: str | os.PathLike[str] | None = None
+) -> Path | None:
+    """Where per-worker log files go: ``log_dir`` when given (a flag), else $TORCHRUNX_LOG_DIR if set, else
+    ``default``; None ("" anywhere) when disabled."""
+    if log_dir is not None:
+        chosen: str | None = str(log_dir)
+    else:
+        chosen = os.environ.get("TORCHRUNX_LOG_DIR", None if default is None else str(default))
     return Path(chosen) if chosen else None
 
 
@@ -102,7 +112,11 @@ def worker_env(plan: WorkerPlan) -> dict[str, str]:
         # No GPU visible: a CPU worker must never spend time and GPU memory on a CUDA context.
         return {"CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": str(plan.threads_per_worker)}
     assert plan.cuda_visible_devices is not None
-    return {"CUDA_VISIBLE_DEVICES": plan.cuda_visible_devices}
+    # GPU workers on one host split its cores (plan.threads_per_worker) instead of each starting one per core.
+    return {
+        "CUDA_VISIBLE_DEVICES": plan.cuda_visible_devices,
+        "OMP_NUM_THREADS": str(plan.threads_per_worker),
+    }
 
 
 # --- one worker: this process -------------------------------------------------------------------------
@@ -129,7 +143,7 @@ def _run_with_torchrunx(
     fn: Callable[..., R],
     args: tuple,
     kwargs: dict,
-    log_dir: str | os.PathLike[str] | None,
+    files: Path | None,
     grace_s: float,
 ) -> R:
     import cloudpickle
@@ -137,7 +151,6 @@ def _run_with_torchrunx(
     import torchrunx
     from paramiko import SSHException
 
-    files = worker_log_dir(log_dir)
     launcher = torchrunx.Launcher(
         hostnames=list(plan.hosts),
         workers_per_host=plan.workers_per_host,

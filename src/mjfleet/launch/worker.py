@@ -78,13 +78,15 @@ def seed_for(base_seed: int, ctx: WorkerContext) -> int:
 def setup_worker(ctx: WorkerContext, plan: WorkerPlan) -> None:
     """Prepare this process for its share of the work; safe to call more than once.
 
-    CPU: ``torch.set_num_threads(plan.threads_per_worker)``. GPU: make the worker's GPU the current
-    CUDA device and point MuJoCo's EGL renderer at the same GPU. Several workers: make sure the
+    ``torch.set_num_threads(plan.threads_per_worker)`` (CPU workers: 1 by default; GPU workers: the host's
+    cores split among them). GPU: make the worker's GPU the current CUDA device and point MuJoCo's EGL renderer
+    at the same GPU. Several workers: make sure the
     default process group exists (torchrunx normally created it already, with the plan's backend).
     """
-    if plan.is_cpu:
-        torch.set_num_threads(plan.threads_per_worker)
-    else:
+    torch.set_num_threads(
+        plan.threads_per_worker
+    )  # CPU: 1 per worker by default; GPU workers split the cores
+    if not plan.is_cpu:
         torch.cuda.set_device(torch.device(ctx.device))
         assert plan.cuda_visible_devices is not None
         physical = plan.cuda_visible_devices.split(",")[ctx.local_rank]
