@@ -268,6 +268,18 @@ def test_one_gpu_on_each_of_two_hosts_uses_worker_processes():
     assert plan.devices == ("cuda:0",) and plan.cuda_visible_devices == "1" and plan.world_size == 2
 
 
+def test_one_worker_runs_in_this_process_only_when_its_host_is_this_machine():
+    import socket
+
+    for here in (None, ["localhost"], [socket.gethostname()]):
+        assert make_plan(parse_gpu_ids(["None"]), hosts=here).in_process
+    remote = make_plan(parse_gpu_ids(["None"]), hosts=["gpu-node-7"])
+    assert remote.world_size == 1 and not remote.in_process  # launched there through torchrunx
+    assert remote.describe().startswith("1 CPU worker (") and "gpu-node-7" in remote.describe()
+    gpu = make_plan(parse_gpu_ids(["1"]), hosts=["gpu-node-7"], cuda_device_count=2)
+    assert not gpu.in_process and gpu.devices == ("cuda:0",) and gpu.cuda_visible_devices == "1"
+
+
 def test_duplicate_hosts_are_rejected():
     with pytest.raises(UsageError, match="h1 listed twice"):
         make_plan(parse_gpu_ids(["None"]), hosts=["h1", "h2", "h1"])

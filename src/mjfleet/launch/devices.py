@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import socket
 import subprocess
 from dataclasses import dataclass
 from typing import Literal
@@ -115,8 +116,9 @@ class WorkerPlan:
 
     @property
     def in_process(self) -> bool:
-        """One worker in total: run the function in the launching process, no torchrunx."""
-        return self.world_size == 1
+        """One worker in total, on this machine: run the function in the launching process, no torchrunx (one
+        worker on another host still goes there through torchrunx)."""
+        return self.world_size == 1 and is_this_host(self.hosts[0])
 
     def describe(self) -> str:
         """One line for humans, e.g. "2 CPU workers (gloo) on localhost" or "GPU 0 (cuda:0), 1 worker"."""
@@ -129,7 +131,9 @@ class WorkerPlan:
                 threads += f", the update up to {self.update_threads}"
             if self.in_process:
                 return f"CPU, 1 worker ({threads})"
-            return f"{n} CPU workers ({self._cpu_transport()}, {threads} each){where}"
+            return (
+                f"{workers.replace('worker', 'CPU worker')} ({self._cpu_transport()}, {threads} each){where}"
+            )
         gpus = ", ".join(str(g) for g in self.gpu_ids)
         if self.in_process:
             return f"GPU {gpus} ({self.devices[0]}), 1 worker"
@@ -211,7 +215,7 @@ def make_plan(
     ids = tuple(range(count)) if request.mode == "all" else request.ids
     visible = _cuda_visible_entries()
     physical = tuple(_physical_gpu(g, count, visible) for g in ids)
-    in_process = len(ids) * len(host_names) == 1
+    in_process = len(ids) * len(host_names) == 1 and is_this_host(host_names[0])
     if in_process:
         devices = (f"cuda:{_index_in_this_process(ids[0], visible)}",)
     else:
@@ -275,6 +279,12 @@ def usable_cores() -> int:
         return len(os.sched_getaffinity(0))  # respects taskset/cgroup pinning, unlike os.cpu_count()
     except AttributeError:
         return os.cpu_count() or 1
+
+
+def is_this_host(name: str) -> bool:
+    """Whether `name` is the machine this process runs on ("localhost", a loopback address, its host name)."""
+    here = socket.gethostname()
+    return name in ("localhost", "127.0.0.1", "::1", here, here.split(".")[0])
 
 
 def _resolve_hosts(hosts: list[str] | None) -> tuple[str, ...]:
