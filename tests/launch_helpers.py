@@ -52,6 +52,15 @@ def fail_on_rank(plan: WorkerPlan, bad_rank: int) -> str:
     return "unreachable"
 
 
+def usage_error_on_every_rank(plan: WorkerPlan) -> str:
+    """Every rank finds the user's input unusable (as train's workers do with a checkpoint that does not fit)."""
+    from mjfleet.errors import UsageError
+
+    ctx = WorkerContext.from_env(plan)
+    setup_worker(ctx, plan)
+    raise UsageError(f"checkpoint x.pt does not fit this task's policy (rank {ctx.rank})")
+
+
 def warn_and_print(plan: WorkerPlan) -> int:
     """Every rank prints a line to stdout and one to stderr."""
     ctx = WorkerContext.from_env(plan)

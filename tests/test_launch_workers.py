@@ -17,6 +17,7 @@ from pathlib import Path
 import launch_helpers
 import pytest
 
+from mjfleet.errors import UsageError
 from mjfleet.launch.devices import WorkerPlan, make_plan, parse_gpu_ids
 from mjfleet.launch.launcher import WorkerFailed, run_workers, worker_env, worker_log_dir
 from mjfleet.launch.worker import WorkerContext, egl_device_id, seed_for
@@ -143,6 +144,17 @@ def test_failing_worker_fails_the_run_fast_and_names_its_rank(workers_can_import
     assert err.value.rank == 1
     assert "rank 1" in str(err.value) and "ValueError: boom on purpose in rank 1" in str(err.value)
     assert "\n" not in str(err.value)
+
+
+def test_a_usage_error_in_the_workers_is_one_usage_error_line_as_with_one_worker(
+    workers_can_import_helpers, capfd
+):
+    plan = two_cpu_workers()
+    with pytest.raises(UsageError) as err:
+        run_workers(plan, launch_helpers.usage_error_on_every_rank, plan, log_dir="")
+    assert str(err.value).startswith("checkpoint x.pt does not fit this task's policy (rank ")
+    _, stderr = capfd.readouterr()
+    assert "Traceback" not in stderr
 
 
 def test_console_shows_rank_0_output_and_other_ranks_warnings_and_logs_go_to_files(

@@ -168,7 +168,7 @@ def _run_with_torchrunx(
 
     relay = _SignalRelay(grace_s)
     result: Any = None
-    failure: WorkerFailed | None = None
+    failure: WorkerFailed | UsageError | None = None
     with relay:
         try:
             result = launcher.run(worker_main, plan, payload).rank(0)
@@ -193,11 +193,16 @@ def _run_with_torchrunx(
     return result
 
 
-def _failure_from_message(message: str, hint: str) -> WorkerFailed:
-    """Turn torch elastic's failure message into a WorkerFailed; workers write "[rank N] <error>"."""
+def _failure_from_message(message: str, hint: str) -> WorkerFailed | UsageError:
+    """Turn torch elastic's failure message into a WorkerFailed; workers write "[rank N] <error>". A worker's
+    UsageError (bad input found only where the work runs, e.g. a checkpoint that does not fit the policy) stays
+    one: one line, exit status 2, as with one worker."""
     match = re.match(r"\[rank (\d+)\] (.*)", message.strip(), re.DOTALL)
     if match:
         rank = int(match.group(1))
+        usage = re.match(r"UsageError: (.*)", match.group(2))
+        if usage:
+            return UsageError(usage.group(1).splitlines()[0])
         return WorkerFailed(f"worker rank {rank} failed: {match.group(2).splitlines()[0]}{hint}", rank)
     if message.startswith("To enable traceback"):  # torch elastic's text for a bare non-zero exit
         message = "it exited without a Python error (killed, out of memory, or os._exit)"

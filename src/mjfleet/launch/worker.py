@@ -23,6 +23,7 @@ from typing import Any, NoReturn
 import torch
 import torch.distributed as dist
 
+from mjfleet.errors import UsageError
 from mjfleet.launch.devices import WorkerPlan
 
 FAILURE_EXIT_CODE = 1
@@ -120,7 +121,8 @@ def worker_main(plan: WorkerPlan, payload: bytes) -> Any:
     """Entry point of every torchrunx worker: run the pickled ``(fn, args, kwargs)``, fail fast on errors.
 
     Unpickling happens here rather than in the torchrunx agent, so a function whose module cannot be
-    imported is reported like any other worker error. Any exception is printed as "[rank N] <traceback>",
+    imported is reported like any other worker error. Any exception is printed as "[rank N] <traceback>" (a
+    UsageError, the user's to fix, as "[rank N] UsageError: <message>"),
     recorded as this process's failure message for the agent (torch elastic's error file), and the process
     exits at once with a non-zero code: the agent then stops the other workers instead of letting them
     wait in a collective until the process-group timeout. Only rank 0's return value is sent back.
@@ -182,6 +184,8 @@ def _fail(rank: int, exc: BaseException, exit_code: int) -> NoReturn:
         time.sleep(LOST_PEER_DELAY_S)
     if isinstance(exc, KeyboardInterrupt):
         report = f"[rank {rank}] interrupted"  # a traceback per worker would only bury the cause
+    elif isinstance(exc, UsageError):  # the user's to fix: one line, which the launcher raises again as such
+        report = f"[rank {rank}] {failure_summary(exc)}"
     else:
         report = f"[rank {rank}] " + "".join(traceback.format_exception(exc)).rstrip()
     _write_error_file(f"[rank {rank}] {failure_summary(exc)}")
