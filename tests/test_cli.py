@@ -74,6 +74,8 @@ def test_unknown_task_names_the_closest_tasks():
         (["--num-envs", "0"], "--num-envs"),
         (["--gpu-ids", "None", "--cpu-workers", "0"], "--cpu-workers"),
         (["--max-iterations", "0"], "--max-iterations"),
+        (["--run-name", "a/b"], "--run-name"),
+        (["--gpu-ids", "None", "--logs-root", "/proc/no-such-dir"], "cannot create the run directory"),
     ],
 )
 def test_bad_values_are_one_line_errors_with_exit_status_2(args, needle, tmp_path, monkeypatch, capsys):

@@ -197,6 +197,7 @@ def test_export_detects_an_onnx_model_that_differs_from_the_policy(tmp_path):
         (["--video", "--video-width", "161"], "even"),
         ([], "no runs in"),
         (["--gpu-ids", "0", "1"], "--gpu-ids"),
+        (["--agent", "zero", "--output", "/proc/no-such-dir/eval.json"], "cannot write"),
     ],
 )
 def test_play_usage_errors_are_one_line_with_exit_status_2(args, needle, tmp_path, monkeypatch, capsys):

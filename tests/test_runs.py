@@ -14,6 +14,7 @@ import torch
 import yaml
 
 from mjfleet.errors import UsageError
+from mjfleet.runs import RunDir
 from mjfleet.runs.checkpoints import Retention, checkpoints_in, find_checkpoint, read_checkpoint
 
 BIN = pathlib.Path(sys.executable).parent
@@ -428,3 +429,18 @@ def test_wandb_offline_logs_metrics_and_uploads_checkpoints_when_asked(tmp_path)
     (run_dir,) = (tmp_path / "logs" / EXPERIMENT).iterdir()
     (offline,) = (run_dir / "wandb").glob("offline-run-*")
     assert list(offline.glob("*.wandb"))
+
+
+def test_runs_started_in_the_same_second_reserve_two_directories(tmp_path):
+    """`train` reserves its run directory atomically in the launching process: a second run that computed the
+    same name gets `<name>-1`; a run that fails before writing anything leaves no directory behind."""
+    first, second = (RunDir.new("exp", "sweep", root=tmp_path) for _ in range(2))
+    assert first.path == second.path  # the same second, nothing created yet
+    a, b = first.reserve(), second.reserve()
+    assert a.path != b.path and a.path.is_dir() and b.path.is_dir()
+    assert b.path.name == a.path.name + "-1"
+    b.remove_if_empty()
+    assert not b.path.exists()
+    a.create()
+    a.remove_if_empty()  # params/ is there: kept
+    assert a.path.is_dir()

@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 from mjfleet.cli.common import parse_task_command, quiet_warp, user_errors
 from mjfleet.errors import UsageError
+from mjfleet.runs.run_dir import atomic_write_text
 
 PROG = "play"
 USAGE = """usage: play <Task> [flags]
@@ -214,6 +215,12 @@ def play(task_name: str, flags: Any) -> dict[str, Any]:
         out_dir = pathlib.Path(flags.logs_root) / agent_cfg.experiment_name / f"baseline_{flags.policy}"
         label = f"{flags.policy} actions"
     output = pathlib.Path(flags.output) if flags.output else out_dir / "eval.json"
+    try:  # before the evaluation, not after it: a path that cannot be written is the user's to fix
+        output.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"cannot write {output}: {exc.strerror or exc}") from None
+    if not os.access(output.parent, os.W_OK):
+        raise UsageError(f"cannot write {output}: {output.parent} is not writable")
 
     torch.manual_seed(flags.seed)
     if device.startswith("cuda"):
@@ -290,10 +297,7 @@ def play(task_name: str, flags: Any) -> dict[str, Any]:
         "exported": exported,
         "env_cfg": _plain(dataclasses.asdict(env_cfg)),
     }
-    output.parent.mkdir(parents=True, exist_ok=True)
-    tmp = output.with_name(f".{output.name}.tmp")
-    tmp.write_text(json.dumps(summary, indent=2) + "\n")
-    os.replace(tmp, output)
+    atomic_write_text(output, json.dumps(summary, indent=2) + "\n")
     _print_summary(summary, label, output)
     return summary
 

@@ -130,6 +130,8 @@ def resolve(task_name: str, flags: Any) -> TrainJob:
     ):
         if alias is not None:
             setattr(target, field, alias)
+    if "/" in agent.run_name or "\\" in agent.run_name or agent.run_name in (".", ".."):
+        raise UsageError(f"--run-name {agent.run_name!r}: a run name is part of one directory name (no '/')")
     if env.num_envs is None:
         env.num_envs = spec.default_num_envs(plan.devices[0])
     if env.num_envs < 1:
@@ -330,6 +332,10 @@ def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else list(argv)
     task_name, flags = parse_args(argv)
     job = dataclasses.replace(resolve(task_name, flags), command=tuple(argv))
+    try:  # here, once: two runs started in the same second get two directories
+        job = dataclasses.replace(job, run_dir=job.run_dir.reserve())
+    except OSError as exc:
+        raise UsageError(f"cannot create the run directory {job.run_dir.path}: {exc.strerror or exc}") from None
     start = time.perf_counter()
     try:
         summary = run_workers(
@@ -343,6 +349,9 @@ def main(argv: list[str] | None = None) -> None:
         signum = getattr(exc, "signum", signal.SIGINT)
         _report_interrupt(job, argv, signum)
         raise SystemExit(128 + signum) from None
+    except BaseException:
+        job.run_dir.remove_if_empty()
+        raise
     wall = time.perf_counter() - start
     print(
         f"done: {summary['iterations']} iterations, {summary['env_steps']:,} env steps in {wall:.1f} s "

@@ -26,17 +26,38 @@ class RunDir:
 
     @classmethod
     def new(cls, experiment: str, run_name: str = "", root: str | os.PathLike = "logs") -> RunDir:
-        """A fresh, not yet created, run directory path (created by `create`, on rank 0 only)."""
+        """A fresh run directory path, not yet created (`reserve` creates it, `create` fills in params/)."""
         base = pathlib.Path(root) / experiment
-        path = base / timestamped_name(run_name)
-        suffix = 1
+        name = timestamped_name(run_name)
+        path, suffix = base / name, 1
         while path.exists():  # two runs started within the same second
-            path = base / f"{timestamped_name(run_name)}-{suffix}"
+            path = base / f"{name}-{suffix}"
             suffix += 1
         return cls(path.resolve())
 
+    def reserve(self) -> RunDir:
+        """Create this directory, or the first free `<name>-N` beside it: atomically, so two runs started in the
+        same second (a sweep script, an array job) never share one. Returns the directory created; OSError when
+        the parent cannot be created or written."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        path, suffix = self.path, 1
+        while True:
+            try:
+                path.mkdir()
+                return RunDir(path)
+            except FileExistsError:
+                path = self.path.with_name(f"{self.path.name}-{suffix}")
+                suffix += 1
+
     def create(self) -> None:
         (self.path / "params").mkdir(parents=True, exist_ok=True)
+
+    def remove_if_empty(self) -> None:
+        """Remove the directory if nothing was written into it (a run that failed before it started)."""
+        try:
+            self.path.rmdir()
+        except OSError:
+            pass
 
     @property
     def metrics_file(self) -> pathlib.Path:
