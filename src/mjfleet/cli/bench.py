@@ -41,7 +41,8 @@ class BenchFlags:
     gpu_ids: tuple[str, ...] = ("auto",)
     """GPUs, one worker each: `0 1`, `"[0, 1]"`, `all`, or `None`/`cpu` for CPU. auto: GPU 0 if CUDA is available, else CPU (as train)."""
     cpu_workers: int = 1
-    """With --gpu-ids None: CPU worker processes (gloo). Several workers also measure 1 worker for scaling."""
+    """On CPU (--gpu-ids None, or by default without a GPU): CPU worker processes (gloo). Several workers also
+    measure 1 worker for scaling."""
     threads: int | None = None
     """Torch threads per worker. Default as for train: 1 per CPU worker (its PPO update may use the cores the workers leave idle, when that measures faster); GPU workers split the cores."""
     hosts: tuple[str, ...] = ("localhost",)

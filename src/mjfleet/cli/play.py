@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from mjfleet.cli.common import parse_task_command, quiet_warp, user_errors
-from mjfleet.errors import UsageError
+from mjfleet.errors import UsageError, first_line
 from mjfleet.runs.run_dir import atomic_write_text
 
 PROG = "play"
@@ -236,7 +236,7 @@ def play(task_name: str, flags: Any) -> dict[str, Any]:
             try:
                 actor = build_actor(state, obs, env.num_actions, device)
             except (RuntimeError, KeyError, ValueError) as exc:
-                first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+                first = first_line(exc)
                 raise UsageError(f"{checkpoint} does not fit {spec.name}'s environment: {first}") from None
         act = _actor_fn(actor, flags, env)
 

@@ -14,12 +14,12 @@ from typing import Any, Literal
 
 from mjfleet.cli.common import parse_task_command, quiet_warp, user_errors, worker_plan
 from mjfleet.envs import EnvConfig
-from mjfleet.errors import UsageError
+from mjfleet.errors import UsageError, first_line
 from mjfleet.launch.devices import WorkerPlan
 from mjfleet.launch.launcher import Interrupted, run_workers
 from mjfleet.rl import AgentConfig
 from mjfleet.runs import Retention, RunDir
-from mjfleet.runs.checkpoints import find_checkpoint, read_checkpoint
+from mjfleet.runs.checkpoints import checkpoint_iteration, find_checkpoint, read_checkpoint
 
 PROG = "train"
 USAGE = """usage: train <Task> [flags]
@@ -40,13 +40,15 @@ class TrainFlags:
     """GPUs to train on, one worker each: `0 1`, `"[0, 1]"`, `all`, or `None`/`cpu` for CPU. auto: GPU 0 if
     CUDA is available, else CPU. Ids index into CUDA_VISIBLE_DEVICES when it is set."""
     cpu_workers: int = 1
-    """With --gpu-ids None: number of CPU worker processes (gloo data-parallel)."""
+    """On CPU (--gpu-ids None, or by default on a machine without a GPU): number of CPU worker processes (gloo
+    data-parallel)."""
     threads: int | None = None
     """Torch threads per worker, for everything. Default: 1 per CPU worker (use --cpu-workers to use more cores),
     and the PPO update may use the cores the workers leave idle when that measures faster; GPU workers split the
     machine's cores."""
     hosts: tuple[str, ...] = ("localhost",)
-    """Machines to run on (`h1 h2`, or `slurm`); each runs one worker per selected GPU. See docs/distributed.md."""
+    """Machines to run on (`h1 h2`, or `slurm`); each runs one worker per selected GPU (on CPU: --cpu-workers
+    workers). See docs/distributed.md."""
     num_envs: int | None = None
     """Environments per worker (alias of --env.num-envs). Default: the task's default for the device."""
     seed: int | None = None
@@ -233,7 +235,7 @@ def train_worker(job: TrainJob) -> dict[str, Any]:
             try:
                 runner.load(job.resume_from, map_location=ctx.device)
             except (RuntimeError, KeyError, ValueError) as exc:
-                first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+                first = first_line(exc)
                 raise UsageError(
                     f"checkpoint {job.resume_from} does not fit this task's policy: {first}"
                 ) from None
@@ -309,10 +311,19 @@ def resume_command(argv: list[str], run_dir: RunDir) -> str:
 def _report_interrupt(job: TrainJob, argv: list[str], signum: int) -> None:
     latest = job.run_dir.latest_checkpoint()
     if latest is None:
-        print(f"{PROG}: interrupted before a checkpoint was saved; nothing to resume", file=sys.stderr)
+        if (
+            job.resume_from is not None
+        ):  # a resumed run stopped before its first save: its start is still there
+            print(
+                f"{PROG}: interrupted before this run saved a checkpoint; {job.resume_from} is unchanged and can "
+                "be resumed from again",
+                file=sys.stderr,
+            )
+        else:
+            print(f"{PROG}: interrupted before a checkpoint was saved; nothing to resume", file=sys.stderr)
         return
     print(
-        f"{PROG}: stopped by {signal_name(signum)} after iteration {latest.stem.split('_')[-1]}; checkpoint {latest}\n"
+        f"{PROG}: stopped by {signal_name(signum)} after iteration {checkpoint_iteration(latest)}; checkpoint {latest}\n"
         f"resume with: {resume_command(argv, job.run_dir)}",
         file=sys.stderr,
         flush=True,
@@ -335,7 +346,9 @@ def main(argv: list[str] | None = None) -> None:
     try:  # here, once: two runs started in the same second get two directories
         job = dataclasses.replace(job, run_dir=job.run_dir.reserve())
     except OSError as exc:
-        raise UsageError(f"cannot create the run directory {job.run_dir.path}: {exc.strerror or exc}") from None
+        raise UsageError(
+            f"cannot create the run directory {job.run_dir.path}: {exc.strerror or exc}"
+        ) from None
     start = time.perf_counter()
     try:
         summary = run_workers(

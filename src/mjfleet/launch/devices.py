@@ -19,7 +19,7 @@ from mjfleet.errors import UsageError
 GpuId = int | str
 """A GPU index (relative to CUDA_VISIBLE_DEVICES when it is set) or a GPU/MIG UUID string."""
 
-_ACCEPTED = "use GPU indices like `0 1`, `[0, 1]` or `0,1`, or `all`, or `None` for CPU"
+_ACCEPTED = "use GPU indices like `0 1`, `[0, 1]` or `0,1`, or `all`, or `None` for CPU, or `auto` alone"
 _CPU_WORDS = {"none", "cpu"}
 _UUID_PREFIXES = ("GPU-", "MIG-")
 

@@ -38,7 +38,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
-from mjfleet.errors import UsageError
+from mjfleet.errors import UsageError, first_line
 from mjfleet.launch.devices import WorkerPlan
 from mjfleet.launch.worker import PREFIXED_ATTR, log_level_from_env, worker_main
 
@@ -179,7 +179,7 @@ def _run_with_torchrunx(
                 f"a torchrunx agent process stopped or lost contact with the launcher{hint}"
             )
         except (dist.DistError, OSError, SSHException) as exc:  # agents could not be started or reached
-            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            first = first_line(exc)
             failure = WorkerFailed(
                 f"could not start the workers on {', '.join(plan.hosts)}: {first} "
                 "(every host must resolve and accept passwordless ssh; see docs/distributed.md)"

@@ -122,7 +122,7 @@ def worker_main(plan: WorkerPlan, payload: bytes) -> Any:
 
     Unpickling happens here rather than in the torchrunx agent, so a function whose module cannot be
     imported is reported like any other worker error. Any exception is printed as "[rank N] <traceback>" (a
-    UsageError, the user's to fix, as "[rank N] UsageError: <message>"),
+    UsageError, the user's to fix, as "[rank N] UsageError: <message>"; Ctrl-C as "[rank N] interrupted"),
     recorded as this process's failure message for the agent (torch elastic's error file), and the process
     exits at once with a non-zero code: the agent then stops the other workers instead of letting them
     wait in a collective until the process-group timeout. Only rank 0's return value is sent back.

@@ -8,7 +8,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from mjfleet.errors import UsageError
+from mjfleet.errors import UsageError, first_line
 
 RUN_DIR_NAME = re.compile(r"^\d{4}-\d{2}-\d{2}_\d{2}-\d{2}-\d{2}")
 """Run directories start with their creation time, so sorting their names sorts them by age."""
@@ -100,7 +100,7 @@ def read_checkpoint(path: str | os.PathLike, map_location: Any = "cpu") -> dict[
     except FileNotFoundError:
         raise UsageError(f"checkpoint {path} does not exist") from None
     except Exception as exc:  # noqa: BLE001 - truncated, not a torch file, unpicklable, ...
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        first = first_line(exc)
         raise UsageError(f"cannot read checkpoint {path}: {first}") from None
     if not isinstance(state, dict) or "actor_state_dict" not in state or "iter" not in state:
         raise UsageError(f"{path} is not an mjfleet checkpoint (no actor_state_dict / iter)")

@@ -69,10 +69,6 @@ class RunDir:
         return self.path / "exported"
 
     @property
-    def videos_dir(self) -> pathlib.Path:
-        return self.path / "videos"
-
-    @property
     def reward_curve(self) -> pathlib.Path:
         return self.path / "reward_curve.png"
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from mjfleet.errors import UsageError
+from mjfleet.errors import UsageError, first_line
 
 GL_PACKAGES_HINT = (
     "headless rendering needs EGL (Debian/Ubuntu: apt-get install libegl1 libegl-mesa0 libgl1-mesa-dri) "
@@ -74,7 +74,7 @@ class EnvRecorder:
         try:
             self.renderer = mujoco.Renderer(self.model, height=height, width=width)
         except Exception as exc:  # noqa: BLE001 - no GL context: missing system libraries
-            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            first = first_line(exc)
             raise UsageError(
                 f"cannot render with MUJOCO_GL={os.environ.get('MUJOCO_GL', '')!r} ({first}): {GL_PACKAGES_HINT}"
             ) from None
