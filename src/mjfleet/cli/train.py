@@ -311,9 +311,7 @@ def resume_command(argv: list[str], run_dir: RunDir) -> str:
 def _report_interrupt(job: TrainJob, argv: list[str], signum: int) -> None:
     latest = job.run_dir.latest_checkpoint()
     if latest is None:
-        if (
-            job.resume_from is not None
-        ):  # a resumed run stopped before its first save: its start is still there
+        if job.resume_from is not None:  # stopped before its first save: where it started is still there
             print(
                 f"{PROG}: interrupted before this run saved a checkpoint; {job.resume_from} is unchanged and can "
                 "be resumed from again",
