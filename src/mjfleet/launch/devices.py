@@ -85,7 +85,8 @@ class WorkerPlan:
     cuda_visible_devices: str | None = None
     """CUDA_VISIBLE_DEVICES for worker processes (local rank i -> i-th entry); None in CPU mode."""
     threads_per_worker: int = 1
-    """Torch intra-op threads per worker (applied in CPU mode). CPU workers default to 1: warp's CPU kernels run on
+    """Torch intra-op threads per worker (torch.set_num_threads and OMP_NUM_THREADS; GPU workers: the host's
+    cores split among them). CPU workers default to 1: warp's CPU kernels run on
     one thread, and a second torch thread only helps the PPO update of large batches on an otherwise idle core;
     on a busy machine OpenMP threads waiting for each other made training up to 36x slower (docs/benchmarks.md).
     More cores are used best through more workers (--cpu-workers)."""

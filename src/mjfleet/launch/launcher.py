@@ -8,8 +8,8 @@ Fail fast: an exception in any worker is printed as ``[rank N] <traceback>`` and
 once; its agent then stops the others, and this process raises :class:`WorkerFailed` naming the rank.
 
 Console and log files: rank 0's stdout/stderr stream to this console; other ranks show WARNING and
-above, prefixed with ``[rank N]``. Per-worker log files go to ``$TORCHRUNX_LOG_DIR`` if that is set
-(``""`` disables), else to ``log_dir`` (``None`` or ``""``: no files).
+above, prefixed with ``[rank N]``. Per-worker log files go to ``log_dir`` when given, else to
+``$TORCHRUNX_LOG_DIR`` if that is set, else to ``default_log_dir`` (``""`` anywhere, or nothing: no files).
 
 Signals: on SIGINT/SIGTERM this process passes the signal on to every process it started (so workers can
 save and stop), waits up to ``grace_s`` seconds, then kills what is left; a second signal kills at once.
