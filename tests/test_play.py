@@ -198,6 +198,7 @@ def test_export_detects_an_onnx_model_that_differs_from_the_policy(tmp_path):
         ([], "no runs in"),
         (["--gpu-ids", "0", "1"], "--gpu-ids"),
         (["--agent", "zero", "--output", "/proc/no-such-dir/eval.json"], "cannot write"),
+        (["--agent", "zero", "--video", "--video-camera", "no-such-camera"], "--video-camera"),
     ],
 )
 def test_play_usage_errors_are_one_line_with_exit_status_2(args, needle, tmp_path, monkeypatch, capsys):

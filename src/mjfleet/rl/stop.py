@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+import os
 import signal
-import sys
 import threading
 from types import FrameType
 
@@ -44,11 +44,10 @@ class StopRequest:
             self.signum = signum
             if self.announce:
                 again = " (again to stop at once)" if self.abort_on_repeat else ""
-                print(
-                    f"{signal.Signals(signum).name}: finishing this iteration, then saving a checkpoint{again}",
-                    file=sys.stderr,
-                    flush=True,
-                )
+                # os.write, not print: a handler that prints while the interrupted code prints to stderr too
+                # raises "reentrant call" inside training
+                notice = f"{signal.Signals(signum).name}: finishing this iteration, then saving a checkpoint{again}\n"
+                os.write(2, notice.encode())
             return
         if self.abort_on_repeat:
             self.__exit__()

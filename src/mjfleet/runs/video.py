@@ -90,7 +90,8 @@ class EnvRecorder:
                 if camera.lstrip("-").isdigit()
                 else mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_CAMERA, camera)
             )
-            if not -1 <= cam_id < m.ncam:
+            named = not camera.lstrip("-").isdigit()
+            if not -1 <= cam_id < m.ncam or (named and cam_id == -1):  # an unknown name is -1 too
                 names = [mujoco.mj_id2name(m, mujoco.mjtObj.mjOBJ_CAMERA, i) for i in range(m.ncam)]
                 raise UsageError(
                     f"--video-camera {camera!r}: the model's cameras are {names or 'none'} (or -1: free)"
