@@ -126,7 +126,11 @@ def test_export_writes_an_onnx_policy_that_matches_torch(trained, played):
     assert meta["input"]["groups"] == [{"name": "actor", "size": 5}] and meta["output"]["size"] == 1
     assert meta["control_rate_hz"] == pytest.approx(50.0) and meta["actions"]["action_scale"] == 1.0
     assert (exported / "policy.pt").is_file()
+    assert meta["torchscript"]["max_abs_diff_vs_torch"] <= 1e-5
     assert "ONNX matches torch" in out
+    # How an action becomes a control, with the actuator's limits MuJoCo applies (the cart's motor: -1..1)
+    assert meta["actions"]["ctrlrange"] == [[-1.0, 1.0]]
+    assert meta["actions"]["control"].startswith("ctrl = clip(action_scale * clip(action")
 
     # Check it independently: a batch of observations through onnxruntime and through the checkpoint's policy.
     state = read_checkpoint(run_dir / f"model_{ITERATIONS}.pt")
@@ -188,6 +192,18 @@ def test_export_detects_an_onnx_model_that_differs_from_the_policy(tmp_path):
         actor.mlp[0].bias += 1e-3  # the torch policy changes; the exported file does not
     with pytest.raises(ExportError, match="differs"):
         check_onnx(files["onnx"], actor, obs)
+
+    # A TorchScript export that fails leaves no older policy.pt behind to pass for the new policy.
+    assert files["torchscript"].is_file()
+
+    def unscriptable():
+        raise RuntimeError("cannot script this")
+
+    actor.as_jit = unscriptable
+    with pytest.warns(UserWarning, match="TorchScript export skipped"):
+        files = export_policy(actor, obs, tmp_path, {"task": "test"})
+    assert "torchscript" not in files and not (tmp_path / "policy.pt").exists()
+    assert "torchscript" not in json.loads(files["metadata"].read_text())["files"]
 
 
 @pytest.mark.parametrize(

@@ -68,13 +68,23 @@ def policy_metadata(env, actor, obs: TensorDict, task: str, **extra: Any) -> dic
         for key in ("clip_actions", "action_scale", "decimation"):
             if hasattr(cfg, key):
                 actions[key] = _plain(getattr(cfg, key))
-    for key in ("action_offset", "default_joint_pos"):
-        value = getattr(env, key, None)
-        if value is not None:
-            actions[key] = _plain(value)
+    offset = getattr(env, "default_joint_pos", None)
+    if offset is not None:
+        actions["default_joint_pos"] = _plain(offset)
     mj_model = getattr(env, "mj_model", None)
     if mj_model is not None:
         actions["actuators"] = [mj_model.actuator(i).name for i in range(mj_model.nu)]
+        # MuJoCo clamps each limited actuator's control to its range: a deployment must too.
+        actions["ctrlrange"] = [
+            [float(lo), float(hi)] if limited else None
+            for (lo, hi), limited in zip(
+                mj_model.actuator_ctrlrange, mj_model.actuator_ctrllimited, strict=True
+            )
+        ]
+        target = "default_joint_pos + " if offset is not None else ""
+        actions["control"] = (
+            f"ctrl = clip({target}action_scale * clip(action, -clip_actions, clip_actions), ctrlrange)"
+        )
     meta["actions"] = actions
     meta.update({k: _plain(v) for k, v in extra.items()})
     return meta
@@ -99,22 +109,29 @@ def export_policy(
     os.replace(tmp, onnx_path)
     written["onnx"] = onnx_path
 
+    torchscript_diff = None
     if torchscript:
         try:
             module = actor.as_jit().to("cpu").eval()
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 scripted = torch.jit.script(module)
+            torchscript_diff = _check_torchscript(scripted, actor, obs)
             tmp_pt = out_dir / ".policy.tmp.pt"
             scripted.save(str(tmp_pt))
             os.replace(tmp_pt, out_dir / "policy.pt")
             written["torchscript"] = out_dir / "policy.pt"
         except Exception as exc:  # noqa: BLE001 - TorchScript is a bonus; ONNX is the deliverable
+            (out_dir / "policy.pt").unlink(
+                missing_ok=True
+            )  # an older export's file must not pass for this one
             warnings.warn(f"TorchScript export skipped: {exc}", stacklevel=2)
 
     meta = dict(metadata)
     meta["files"] = {kind: path.name for kind, path in written.items()}
     meta["onnx"] = {"opset": ONNX_OPSET, "max_abs_diff_vs_torch": max_diff, "tolerance": ONNX_TOLERANCE}
+    if torchscript_diff is not None:
+        meta["torchscript"] = {"max_abs_diff_vs_torch": torchscript_diff, "tolerance": ONNX_TOLERANCE}
     json_path = out_dir / "policy.json"
     tmp_json = out_dir / ".policy.tmp.json"
     tmp_json.write_text(json.dumps(meta, indent=2) + "\n")
@@ -128,6 +145,36 @@ def check_onnx(path: str | os.PathLike, actor, obs: TensorDict, samples: int = 2
     import numpy as np
     import onnxruntime as ort
 
+    x, expected = _reference_actions(actor, obs, samples, seed)
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    (got,) = session.run(["actions"], {"obs": x.numpy().astype(np.float32)})
+    return _checked("ONNX", got, expected)
+
+
+def _check_torchscript(scripted, actor, obs: TensorDict, samples: int = 256, seed: int = 0) -> float:
+    """Max |torchscript - torch| of the deterministic action on random observations; ExportError above tolerance."""
+    x, expected = _reference_actions(actor, obs, samples, seed)
+    with torch.inference_mode():
+        got = scripted(x).float().numpy()
+    return _checked("TorchScript", got, expected)
+
+
+def _checked(kind: str, got, expected) -> float:
+    import numpy as np
+
+    max_diff = float(np.abs(got - expected).max())
+    if not max_diff <= ONNX_TOLERANCE:
+        raise ExportError(
+            f"exported {kind} policy differs from the torch policy by {max_diff:.3g} (> {ONNX_TOLERANCE:g}) on "
+            "random observations"
+        )
+    return max_diff
+
+
+def _reference_actions(actor, obs: TensorDict, samples: int, seed: int):
+    """(random concatenated observations on the CPU, the torch actor's deterministic actions for them)."""
     groups = actor_input_groups(actor, obs)
     generator = torch.Generator().manual_seed(seed)
     # Standard-normal inputs (around the normaliser's statistics when there is one): the scale observations have.
@@ -140,17 +187,7 @@ def check_onnx(path: str | os.PathLike, actor, obs: TensorDict, samples: int = 2
     device = next(actor.parameters()).device
     with torch.inference_mode():
         expected = actor(batch.to(device)).float().cpu().numpy()
-    options = ort.SessionOptions()
-    options.log_severity_level = 3
-    session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-    (got,) = session.run(["actions"], {"obs": x.numpy().astype(np.float32)})
-    max_diff = float(np.abs(got - expected).max())
-    if not max_diff <= ONNX_TOLERANCE:
-        raise ExportError(
-            f"exported ONNX policy differs from the torch policy by {max_diff:.3g} (> {ONNX_TOLERANCE:g}) on random "
-            "observations"
-        )
-    return max_diff
+    return x, expected
 
 
 def _export_onnx(actor, path: pathlib.Path) -> None:
@@ -191,6 +228,8 @@ def _plain(value: Any) -> Any:
     if isinstance(value, torch.Tensor):
         value = value.detach().cpu()
         if value.dim() == 2:  # per-environment copies of the same vector
+            if not bool((value == value[0]).all()):
+                raise ValueError("per-environment values differ: there is no one value to export")
             value = value[0]
         return value.tolist()
     if isinstance(value, (tuple, list)):
