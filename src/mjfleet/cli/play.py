@@ -261,6 +261,10 @@ def play(task_name: str, flags: Any) -> dict[str, Any]:
                 frame_sink=frame_sink,
                 video_length=flags.video_length,
             )
+        except BaseException:
+            if writer is not None:
+                writer.abort()
+            raise
         finally:
             if recorder is not None:
                 recorder.close()

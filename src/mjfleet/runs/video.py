@@ -50,6 +50,9 @@ def choose_gl_backend() -> str:
     if not chosen:
         chosen = working_gl_backend() or "egl"
         os.environ["MUJOCO_GL"] = chosen
+        # The probe ran without PYOPENGL_PLATFORM; this process must match it (mujoco's osmesa backend refuses
+        # PYOPENGL_PLATFORM=egl, for one).
+        os.environ["PYOPENGL_PLATFORM"] = chosen
     return chosen
 
 
@@ -71,6 +74,7 @@ class EnvRecorder:
         vis = self.model.vis.global_
         vis.offwidth, vis.offheight = max(vis.offwidth, width), max(vis.offheight, height)
         self.data = mujoco.MjData(self.model)
+        self.camera = self._camera(camera)  # a bad camera is reported before any GL set-up
         try:
             self.renderer = mujoco.Renderer(self.model, height=height, width=width)
         except Exception as exc:  # noqa: BLE001 - no GL context: missing system libraries
@@ -78,7 +82,6 @@ class EnvRecorder:
             raise UsageError(
                 f"cannot render with MUJOCO_GL={os.environ.get('MUJOCO_GL', '')!r} ({first}): {GL_PACKAGES_HINT}"
             ) from None
-        self.camera = self._camera(camera)
 
     def _camera(self, camera: str | None) -> Any:
         import mujoco
@@ -146,7 +149,6 @@ class Mp4Writer:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._tmp = self.path.with_name(f".{self.path.stem}.tmp.mp4")
         self.size = (width, height)
-        self.frames = 0
         self._writer = imageio_ffmpeg.write_frames(
             str(self._tmp),
             self.size,
@@ -163,9 +165,16 @@ class Mp4Writer:
         if frame.shape[:2] != (self.size[1], self.size[0]):
             raise ValueError(f"frame of shape {frame.shape} does not match the video size {self.size}")
         self._writer.send(np.ascontiguousarray(frame, dtype=np.uint8))
-        self.frames += 1
 
     def close(self) -> pathlib.Path:
+        """Finish the file and put it in place (an earlier video of the same name is replaced only now)."""
         self._writer.close()
         os.replace(self._tmp, self.path)
         return self.path
+
+    def abort(self) -> None:
+        """Stop ffmpeg and delete the unfinished file (the recording failed)."""
+        try:
+            self._writer.close()
+        finally:
+            self._tmp.unlink(missing_ok=True)

