@@ -227,3 +227,15 @@ def test_play_usage_errors_are_one_line_with_exit_status_2(args, needle, tmp_pat
     err = capsys.readouterr().err
     lines = [line for line in err.strip().splitlines() if line.strip()]
     assert exit_info.value.code == 2 and len(lines) == 1 and needle in lines[0], err
+
+
+def test_exporting_an_older_checkpoint_notes_that_it_replaces_a_newer_export(tmp_path, capsys):
+    from mjfleet.cli.play import _note_replaced_export
+
+    metadata = tmp_path / "policy.json"
+    _note_replaced_export(metadata, 100)  # nothing exported yet
+    metadata.write_text(json.dumps({"iteration": 300}))
+    _note_replaced_export(metadata, 400)
+    assert capsys.readouterr().out == ""
+    _note_replaced_export(metadata, 100)
+    assert "export of iteration 300 with iteration 100" in capsys.readouterr().out

@@ -280,7 +280,9 @@ def play(task_name: str, flags: Any) -> dict[str, Any]:
             meta = policy_metadata(
                 env, actor, obs, spec.name, iteration=state["iter"], checkpoint=str(checkpoint)
             )
-            files = export_policy(actor, obs, checkpoint.parent / "exported", meta)
+            out = checkpoint.parent / "exported"
+            _note_replaced_export(out / "policy.json", int(state["iter"]))
+            files = export_policy(actor, obs, out, meta)
             exported = {kind: str(path) for kind, path in files.items()}
             exported["max_abs_diff_vs_torch"] = json.loads(files["metadata"].read_text())["onnx"][
                 "max_abs_diff_vs_torch"
@@ -331,6 +333,18 @@ def _notice_differences(task: str, env_cfg: Any, state: dict[str, Any]) -> None:
     if differ:
         pairs = ", ".join(f"{k}={now[k]!r} (trained: {trained[k]!r})" for k in differ[:4])
         print(f"note: env settings differ from training: {pairs}; pass --env.* flags to match")
+
+
+def _note_replaced_export(metadata: pathlib.Path, iteration: int) -> None:
+    """A note when --export replaces the export of a later iteration (e.g. train --export-on-save's latest)."""
+    try:
+        previous = json.loads(metadata.read_text()).get("iteration")
+    except (OSError, ValueError):
+        return
+    if isinstance(previous, int) and previous > iteration:
+        print(
+            f"note: replacing {metadata.parent}'s export of iteration {previous} with iteration {iteration}"
+        )
 
 
 def _print_summary(summary: dict[str, Any], label: str, output: pathlib.Path) -> None:
