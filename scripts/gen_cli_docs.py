@@ -35,12 +35,20 @@ def _main(script: str):
 
 
 def help_text(script: str, args: list[str]) -> str:
-    """What `uv run <script> <args>` prints, at a fixed width and without colour."""
+    """What `uv run <script> <args>` prints, at a fixed width and without colour (the environment is restored)."""
+    saved = {key: os.environ.get(key) for key in ("COLUMNS", "NO_COLOR")}
     os.environ["COLUMNS"] = WIDTH
     os.environ["NO_COLOR"] = "1"
     out = io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.suppress(SystemExit):
-        _main(script)(args)
+    try:
+        with contextlib.redirect_stdout(out), contextlib.suppress(SystemExit):
+            _main(script)(args)
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
     return "\n".join(line.rstrip() for line in out.getvalue().rstrip().splitlines()) + "\n"
 
 

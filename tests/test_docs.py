@@ -6,10 +6,10 @@ commands that train for real at tiny sizes are exercised by tests/test_cli.py an
 
 from __future__ import annotations
 
-import os
 import pathlib
 import re
 import shlex
+import sys
 
 import pytest
 
@@ -45,6 +45,17 @@ def shell_commands() -> list[tuple[str, str]]:
 COMMANDS = shell_commands()
 
 
+def _is_mjfleet(command: str) -> bool:
+    """Not a system command (pip, git, nvidia-smi, ...) nor `uv sync`: one that mjfleet itself runs."""
+    words = shlex.split(command)
+    while words and re.fullmatch(r"[A-Z_][A-Z0-9_]*=\S*", words[0]):
+        words.pop(0)
+    return bool(words) and words[0] not in NOT_MJFLEET and words[:2] != ["uv", "sync"]
+
+
+MJFLEET_COMMANDS = [(doc, command) for doc, command in COMMANDS if _is_mjfleet(command)]
+
+
 def test_the_docs_show_commands():
     assert len(COMMANDS) >= 10
     assert any(cmd == "uv run train Cartpole-Balance" for _, cmd in COMMANDS)
@@ -69,8 +80,12 @@ def _split_env(words: list[str]) -> tuple[dict[str, str], list[str]]:
     return env, words
 
 
-def _apply_env(env: dict[str, str], monkeypatch) -> None:
-    """The command's VAR=value prefix, as the shell would set it (task modules imported as train would)."""
+def _apply_env(env: dict[str, str], monkeypatch, request) -> None:
+    """The command's VAR=value prefix, as the shell would set it (task modules imported as train would, into a
+    copy of the task registry: afterwards registry and module cache are as before, whatever the test order)."""
+    # imported before MJFLEET_TASK_MODULES is set, which it would otherwise load itself
+    from mjfleet.tasks import registry
+
     for key, value in env.items():
         if key == "PYTHONPATH":
             monkeypatch.syspath_prepend(str(ROOT / value))
@@ -78,7 +93,10 @@ def _apply_env(env: dict[str, str], monkeypatch) -> None:
     if "MJFLEET_TASK_MODULES" in env:
         import importlib
 
+        monkeypatch.setattr(registry, "_TASKS", dict(registry._TASKS))
         for module in env["MJFLEET_TASK_MODULES"].split(","):
+            sys.modules.pop(module, None)
+            request.addfinalizer(lambda name=module: sys.modules.pop(name, None))
             importlib.import_module(module)
 
 
@@ -101,12 +119,12 @@ TINY = ["--gpu-ids", "None", "--num-envs", "4", "--max-iterations", "1", "--agen
 
 
 @pytest.mark.parametrize("command", TRAINABLE)
-def test_documented_train_command_trains_at_tiny_size(command, monkeypatch, tmp_path):
+def test_documented_train_command_trains_at_tiny_size(command, monkeypatch, tmp_path, request):
     """The documented flags, then tiny sizes on CPU (later flags win): one real iteration and a checkpoint."""
     from mjfleet.cli.train import main
 
     env, words = _split_env(shlex.split(command))
-    _apply_env(env, monkeypatch)
+    _apply_env(env, monkeypatch, request)
     monkeypatch.chdir(tmp_path)
     main([*words[3:], *TINY, "--logs-root", str(tmp_path / "logs"), "--logger", "none"])
     assert len(list((tmp_path / "logs").glob("*/*/model_1.pt"))) == 1
@@ -117,14 +135,12 @@ def test_the_docs_show_commands_that_train_for_real():
     assert any("Quadruped" in c for c in TRAINABLE) and any("Pendulum" in c for c in TRAINABLE)
 
 
-@pytest.mark.parametrize(("doc", "command"), COMMANDS, ids=[f"{d}: {c}" for d, c in COMMANDS])
-def test_documented_command_is_valid(doc, command, monkeypatch, tmp_path):
+@pytest.mark.parametrize(("doc", "command"), MJFLEET_COMMANDS, ids=[f"{d}: {c}" for d, c in MJFLEET_COMMANDS])
+def test_documented_command_is_valid(doc, command, monkeypatch, tmp_path, request):
     env, words = _split_env(shlex.split(command))
-    if not words or words[0] in NOT_MJFLEET or words[:2] == ["uv", "sync"]:
-        return
     assert words[:2] == ["uv", "run"], f"{doc}: unexpected command {command!r}"
     program, args = words[2], words[3:]
-    _apply_env(env, monkeypatch)
+    _apply_env(env, monkeypatch, request)
     monkeypatch.chdir(tmp_path)
     # Documented GPU commands must parse as if on a machine with 8 GPUs.
     monkeypatch.setattr("mjfleet.launch.devices._visible_gpu_count", lambda: 8)
@@ -199,4 +215,8 @@ VALIDATORS = {
     "pytest": _pytest,
     "python": _python,
 }
-os.environ.setdefault("COLUMNS", "110")
+
+
+@pytest.fixture(autouse=True)
+def _fixed_width(monkeypatch):
+    monkeypatch.setenv("COLUMNS", "110")

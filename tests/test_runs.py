@@ -179,6 +179,7 @@ def test_an_unreadable_checkpoint_is_a_usage_error(tmp_path):
         (None, ["--checkpoint", "missing.pt"], "no such file"),
         (b"truncated", ["--resume"], "cannot read checkpoint"),
         ("iteration 2", ["--load-run", "2026-01-01", "--max-iterations", "2"], "already at iteration 2"),
+        ("another policy", ["--resume", "--num-envs", "16"], "does not fit this task's policy"),
     ],
 )
 def test_train_resume_errors_are_one_line_with_exit_status_2(
@@ -192,6 +193,9 @@ def test_train_resume_errors_are_one_line_with_exit_status_2(
         path = fake_checkpoint(experiment / "2026-01-01_00-00-00" / "model_2.pt")
         if isinstance(existing, bytes):
             path.write_bytes(existing)
+        elif existing == "another policy":  # a checkpoint of some other network: found only when loading it
+            layer = {"mlp.0.weight": torch.zeros(7, 3), "mlp.0.bias": torch.zeros(7)}
+            torch.save({"iter": 2, "actor_state_dict": layer, "critic_state_dict": layer}, path)
         else:
             torch.save({"iter": 2, "actor_state_dict": {}}, path)
     runs_before = sorted(experiment.iterdir()) if experiment.exists() else []
@@ -434,8 +438,8 @@ def test_wandb_offline_logs_metrics_and_uploads_checkpoints_when_asked(tmp_path)
 def test_runs_started_in_the_same_second_reserve_two_directories(tmp_path):
     """`train` reserves its run directory atomically in the launching process: a second run that computed the
     same name gets `<name>-1`; a run that fails before writing anything leaves no directory behind."""
-    first, second = (RunDir.new("exp", "sweep", root=tmp_path) for _ in range(2))
-    assert first.path == second.path  # the same second, nothing created yet
+    name = "2026-01-01_00-00-00_sweep"  # what RunDir.new computes for both in the same second
+    first, second = RunDir(tmp_path / "exp" / name), RunDir(tmp_path / "exp" / name)
     a, b = first.reserve(), second.reserve()
     assert a.path != b.path and a.path.is_dir() and b.path.is_dir()
     assert b.path.name == a.path.name + "-1"
