@@ -235,18 +235,28 @@ def test_cpu_workers_below_one_are_rejected(bad):
 
 
 def test_cpu_plan_never_initialises_cuda():
-    from mjfleet.launch.launcher import run_workers
-    from mjfleet.launch.worker import WorkerContext, setup_worker
+    """In a fresh process (this one may have used CUDA in other tests, on a GPU machine)."""
+    import subprocess
+    import sys
 
-    plan = make_plan(parse_gpu_ids(["None"]))
+    code = """
+import torch
+from mjfleet.launch.devices import make_plan, parse_gpu_ids
+from mjfleet.launch.launcher import run_workers
+from mjfleet.launch.worker import WorkerContext, setup_worker
 
-    def work():
-        ctx = WorkerContext.from_env(plan)
-        setup_worker(ctx, plan)
-        return torch.ones(2, device=ctx.device).sum().item()
+plan = make_plan(parse_gpu_ids(["None"]))
 
-    assert run_workers(plan, work) == 2.0
-    assert not torch.cuda.is_initialized()
+def work():
+    ctx = WorkerContext.from_env(plan)
+    setup_worker(ctx, plan)
+    return torch.ones(2, device=ctx.device).sum().item()
+
+print(run_workers(plan, work), torch.cuda.is_initialized())
+"""
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["2.0", "False"]
 
 
 # --- hosts ----------------------------------------------------------------------------------------------

@@ -161,8 +161,12 @@ def test_console_shows_rank_0_output_and_other_ranks_warnings_and_logs_go_to_fil
 ):
     plan = two_cpu_workers()
     assert run_workers(plan, launch_helpers.warn_and_print, plan, log_dir=tmp_path) == 0
-    time.sleep(0.5)  # the log server writes from its own process
-    out, err = capfd.readouterr()
+    out = err = ""
+    deadline = time.monotonic() + 30  # the log server forwards from its own process: wait for its lines
+    while "[rank 1] stderr line from rank 1" not in err and time.monotonic() < deadline:
+        captured = capfd.readouterr()
+        out, err = out + captured.out, err + captured.err
+        time.sleep(0.05)
     assert "stdout line from rank 0" in out
     assert "stderr line from rank 0" in err
     assert "[rank 1] stderr line from rank 1" in err
