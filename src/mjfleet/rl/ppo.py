@@ -28,8 +28,9 @@ class FusedAdamStep:
     On a CPU the per-step bookkeeping of `Adam.step` (grouping tensors by device, reading the state, the profiler
     hook) took 45 of its 79 us for Cartpole's 13 parameters. This increments the step counters (views of one
     vector: one add) and calls the same `_fused_adam_` with the same arguments, on the optimizer's own state
-    tensors and current learning rate (14 us): the result is bit-identical (tests/test_ppo_steps.py). `build` returns None unless every assumption holds (one
-    parameter group, plain fused Adam with float hyperparameters, state already created by a first step).
+    tensors and current learning rate (14 us): the result is bit-identical (tests/test_ppo_steps.py). `build`
+    returns None unless every assumption holds (one parameter group, plain fused Adam with float
+    hyperparameters, state already created by a first step).
     """
 
     def __init__(self, group: dict, params: list, grads: list, state: list[dict]) -> None:
