@@ -111,7 +111,8 @@ def test_the_update_runs_in_tf32_on_cuda_only_when_asked():
         with FleetPPO.update_precision(alg):  # type: ignore[arg-type]
             assert matmul.fp32_precision == inside
         assert matmul.fp32_precision == before
-    with pytest.raises(RuntimeError), FleetPPO.update_precision(SimpleNamespace(tf32=True, device="cuda")):  # type: ignore[arg-type]
+    on_cuda = SimpleNamespace(tf32=True, device="cuda")
+    with pytest.raises(RuntimeError), FleetPPO.update_precision(on_cuda):  # type: ignore[arg-type]
         assert matmul.fp32_precision == "tf32"
         raise RuntimeError("the update failed")
     assert matmul.fp32_precision == before

@@ -321,7 +321,8 @@ def _report_interrupt(job: TrainJob, argv: list[str], signum: int) -> None:
             print(f"{PROG}: interrupted before a checkpoint was saved; nothing to resume", file=sys.stderr)
         return
     print(
-        f"{PROG}: stopped by {signal_name(signum)} after iteration {checkpoint_iteration(latest)}; checkpoint {latest}\n"
+        f"{PROG}: stopped by {signal_name(signum)} after iteration {checkpoint_iteration(latest)}; "
+        f"checkpoint {latest}\n"
         f"resume with: {resume_command(argv, job.run_dir)}",
         file=sys.stderr,
         flush=True,
