@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import contextlib
 import io
-import os
 import pathlib
 import sys
+
+from mjfleet.environ import environ_set
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 CLI_MD = ROOT / "docs" / "cli.md"
@@ -36,19 +37,13 @@ def _main(script: str):
 
 def help_text(script: str, args: list[str]) -> str:
     """What `uv run <script> <args>` prints, at a fixed width and without colour (the environment is restored)."""
-    saved = {key: os.environ.get(key) for key in ("COLUMNS", "NO_COLOR")}
-    os.environ["COLUMNS"] = WIDTH
-    os.environ["NO_COLOR"] = "1"
     out = io.StringIO()
-    try:
-        with contextlib.redirect_stdout(out), contextlib.suppress(SystemExit):
-            _main(script)(args)
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
+    with (
+        environ_set(COLUMNS=WIDTH, NO_COLOR="1"),
+        contextlib.redirect_stdout(out),
+        contextlib.suppress(SystemExit),
+    ):
+        _main(script)(args)
     return "\n".join(line.rstrip() for line in out.getvalue().rstrip().splitlines()) + "\n"
 
 

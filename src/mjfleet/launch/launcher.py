@@ -38,6 +38,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
+from mjfleet.environ import environ_set
 from mjfleet.errors import UsageError, first_line
 from mjfleet.launch.devices import WorkerPlan
 from mjfleet.launch.worker import PREFIXED_ATTR, log_level_from_env, worker_main
@@ -123,16 +124,8 @@ def worker_env(plan: WorkerPlan) -> dict[str, str]:
 
 
 def _run_in_process(fn: Callable[..., R], args: tuple, kwargs: dict) -> R:
-    saved = {k: os.environ.get(k) for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE")}
-    os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", LOCAL_WORLD_SIZE="1")
-    try:
+    with environ_set(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", LOCAL_WORLD_SIZE="1"):
         return fn(*args, **kwargs)
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
 
 
 # --- several workers: torchrunx -----------------------------------------------------------------------
