@@ -107,8 +107,9 @@ def bench_worker(job: BenchJob) -> dict[str, Any] | None:
             agent = copy.deepcopy(job.agent)
             # Memory peaks of this env count only (an in-process `--num-envs auto` sweep ran larger ones before).
             machine.reset_peak_rss()
-            warp_high_before = _warp_mempool_high(ctx.device) if device.type == "cuda" else None
+            warp_high_before = None
             if device.type == "cuda":
+                warp_high_before = _warp_mempool_high(ctx.device)
                 torch.cuda.reset_peak_memory_stats(device)
             t_build = time.perf_counter()
             env = spec.make_env(cfg, ctx.device)

@@ -84,9 +84,8 @@ def setup_worker(ctx: WorkerContext, plan: WorkerPlan) -> None:
     at the same GPU. Several workers: make sure the
     default process group exists (torchrunx normally created it already, with the plan's backend).
     """
-    torch.set_num_threads(
-        plan.threads_per_worker
-    )  # CPU: 1 per worker by default; GPU workers split the cores
+    # CPU: 1 per worker by default; GPU workers split the cores
+    torch.set_num_threads(plan.threads_per_worker)
     if not plan.is_cpu:
         torch.cuda.set_device(torch.device(ctx.device))
         assert plan.cuda_visible_devices is not None

@@ -160,9 +160,8 @@ class FleetRunner(OnPolicyRunner):
                     self.alg.process_env_step(obs, rewards, dones, extras)
                     stats.update(rewards, dones, extras)
                 self.alg.compute_returns(obs)
-            episode = stats.collect(
-                self.alg.sum_across_workers
-            )  # the one host synchronisation of the rollout
+            # the one host synchronisation of the rollout
+            episode = stats.collect(self.alg.sum_across_workers)
             t1 = time.perf_counter()
             with self.update_threads.applied():
                 losses = self.alg.update()

@@ -26,14 +26,9 @@ class RunDir:
 
     @classmethod
     def new(cls, experiment: str, run_name: str = "", root: str | os.PathLike = "logs") -> RunDir:
-        """A fresh run directory path, not yet created (`reserve` creates it, `create` fills in params/)."""
-        base = pathlib.Path(root) / experiment
-        name = timestamped_name(run_name)
-        path, suffix = base / name, 1
-        while path.exists():  # two runs started within the same second
-            path = base / f"{name}-{suffix}"
-            suffix += 1
-        return cls(path.resolve())
+        """A run directory path for now, not yet created (`reserve` creates it, or a free `-N` beside it;
+        `create` fills in params/)."""
+        return cls((pathlib.Path(root) / experiment / timestamped_name(run_name)).resolve())
 
     def reserve(self) -> RunDir:
         """Create this directory, or the first free `<name>-N` beside it: atomically, so two runs started in the

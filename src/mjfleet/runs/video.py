@@ -88,12 +88,8 @@ class EnvRecorder:
 
         m = self.model
         if camera is not None:
-            cam_id = (
-                int(camera)
-                if camera.lstrip("-").isdigit()
-                else mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_CAMERA, camera)
-            )
             named = not camera.lstrip("-").isdigit()
+            cam_id = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_CAMERA, camera) if named else int(camera)
             if not -1 <= cam_id < m.ncam or (named and cam_id == -1):  # an unknown name is -1 too
                 names = [mujoco.mj_id2name(m, mujoco.mjtObj.mjOBJ_CAMERA, i) for i in range(m.ncam)]
                 raise UsageError(
