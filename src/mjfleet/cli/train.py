@@ -190,7 +190,7 @@ def train_worker(job: TrainJob) -> dict[str, Any]:
     """Runs in every worker: build the simulation on this worker's device, train, return rank 0's summary.
 
     SIGINT/SIGTERM make every rank finish its iteration; rank 0 saves, and each worker raises
-    :class:`Interrupted` (in a torchrunx worker that ends the process at once, with status 130).
+    :class:`Interrupted` (in a torchrunx worker that ends the process at once, with status 128 + the signal).
     """
     import torch
     import warp as wp

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import signal
 import sys
 import time
 import traceback
@@ -27,7 +28,6 @@ from mjfleet.errors import UsageError
 from mjfleet.launch.devices import WorkerPlan
 
 FAILURE_EXIT_CODE = 1
-INTERRUPT_EXIT_CODE = 130
 LOST_PEER_DELAY_S = 3.0
 """How long a worker whose collective failed waits before reporting: long enough for the agent (which
 polls every second) to see the worker that failed first, so that one is named as the cause."""
@@ -144,8 +144,8 @@ def worker_main(plan: WorkerPlan, payload: bytes) -> Any:
             result = None
         else:
             _fail(rank, exc, FAILURE_EXIT_CODE)
-    except KeyboardInterrupt as exc:
-        _fail(rank, exc, INTERRUPT_EXIT_CODE)
+    except KeyboardInterrupt as exc:  # 128 + the signal that stopped training (mjfleet's Interrupted carries it)
+        _fail(rank, exc, 128 + int(getattr(exc, "signum", signal.SIGINT)))
     except BaseException as exc:  # noqa: BLE001 - every failure must end this process promptly
         _fail(rank, exc, FAILURE_EXIT_CODE)
     if dist.is_initialized():
