@@ -137,6 +137,10 @@ class MujocoVecEnv(VecEnv):
     def on_reset(self, mask: torch.Tensor) -> None:  # noqa: B027 - optional hook
         """Reset task buffers of the environments in `mask`."""
 
+    def before_observations(self) -> None:  # noqa: B027 - optional hook
+        """After rewards and resets, before the observations: changes the next observation must show but this
+        step's reward must not see (a locomotion task redraws its velocity commands here)."""
+
     def finish_step(self, log: dict[str, torch.Tensor], episodes_finished: torch.Tensor) -> None:  # noqa: B027
         """Last hook of a step (after resets and observations): adjust `self.rewards` in place, add log entries.
 
@@ -213,11 +217,13 @@ class MujocoVecEnv(VecEnv):
         log = dict(zip(self._log_keys, packed.unbind(), strict=True))
         # On a CPU reading `dones` costs nothing, so a step in which no episode ends skips the reset work (kernels
         # over every world, the randomisation's draws); on a GPU the read would stall the queued work.
+        # This step's action becomes the previous action the next observation shows (0 where a new episode starts).
+        self.last_actions.copy_(self.actions)
         if not self._skip_idle_resets or bool(dones.any()):
             self._reset_envs(dones)
+        self.before_observations()
         if self.needs_forward:
             self.sim.forward()
-        self.last_actions.copy_(self.actions)
         self._obs = self._observation_dict()
         self.finish_step(log, finished)
         if len(log) > len(packed):  # entries the task added

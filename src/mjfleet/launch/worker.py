@@ -144,7 +144,8 @@ def worker_main(plan: WorkerPlan, payload: bytes) -> Any:
             result = None
         else:
             _fail(rank, exc, FAILURE_EXIT_CODE)
-    except KeyboardInterrupt as exc:  # 128 + the signal that stopped training (mjfleet's Interrupted carries it)
+    except KeyboardInterrupt as exc:
+        # 128 + the signal that stopped training (mjfleet's Interrupted carries it), as the launcher exits
         _fail(rank, exc, 128 + int(getattr(exc, "signum", signal.SIGINT)))
     except BaseException as exc:  # noqa: BLE001 - every failure must end this process promptly
         _fail(rank, exc, FAILURE_EXIT_CODE)

@@ -15,6 +15,20 @@ log = logging.getLogger(__name__)
 # Data fields that almost every environment reads; views for other fields are made on first use and cached.
 _COMMON_DATA_FIELDS = ("qpos", "qvel", "ctrl", "qacc", "xpos", "xquat", "sensordata")
 
+INERTIAL_FIELDS = ("body_mass", "body_inertia", "body_ipos", "body_iquat")
+"""Model fields MuJoCo derives constants from: after changing one, call `Simulation.set_constants()`."""
+DERIVED_INERTIAL_FIELDS = ("body_subtreemass", "body_invweight0", "dof_invweight0")
+"""The derived constants a step reads (subtree masses for the centre of mass, inverse weights for constraint
+softness): per-world whenever an inertial field is, so that `set_constants()` can give each world its own."""
+
+
+def expand_per_world_fields(fields: Iterable[str]) -> tuple[str, ...]:
+    """`fields`, plus the constants derived from any inertial field among them."""
+    fields = tuple(dict.fromkeys(fields))
+    if any(name in INERTIAL_FIELDS for name in fields):
+        fields += tuple(name for name in DERIVED_INERTIAL_FIELDS if name not in fields)
+    return fields
+
 
 def needs_no_constraint_buffers(mj_model: mujoco.MjModel) -> bool:
     """Whether the model can be simulated without contact and constraint buffers (nconmax = njmax = 0).
@@ -75,7 +89,8 @@ class Simulation:
             nconmax = njmax = (
                 0  # mujoco_warp then skips its constraint solver (Cartpole: 186 -> 66 us per step)
             )
-        batch_sizes = {name: num_worlds for name in per_world_model_fields}
+        self.per_world_model_fields = expand_per_world_fields(per_world_model_fields)
+        batch_sizes = dict.fromkeys(self.per_world_model_fields, num_worlds)
         with wp.ScopedDevice(self.wp_device):
             self.model = mjw.put_model(mj_model, batch_sizes=batch_sizes)
             # mujoco_warp prints a line from inside its kernels for every overflow bit in opt.warn_overflow; the bits
@@ -140,12 +155,20 @@ class Simulation:
         return view
 
     def model_view(self, name: str) -> torch.Tensor:
-        """Zero-copy torch view of a `mujoco_warp.Model` field; per-world only if listed in per_world_model_fields."""
+        """Zero-copy torch view of a `mujoco_warp.Model` field; per-world only if listed in per_world_model_fields.
+        After changing an inertial field (INERTIAL_FIELDS) in place, call `set_constants()`."""
         view = self._model_views.get(name)
         if view is None:
             view = wp.to_torch(getattr(self.model, name))
             self._model_views[name] = view
         return view
+
+    def set_constants(self) -> None:
+        """Recompute the model constants derived from fields changed in place (a world's `body_mass`: its subtree
+        masses and inverse weights), with mujoco_warp's `set_const`, as MuJoCo's `mj_setConst`. Not captured: call
+        it after randomising, not in the step loop. The state is left as it was."""
+        with wp.ScopedDevice(self.wp_device):
+            mjw.set_const(self.model, self.data)
 
     # ------------------------------------------------------------ operations
     def step(self) -> None:

@@ -187,6 +187,7 @@ class LocomotionEnv(MujocoVecEnv):
         self.added_mass = _uniform_range((n,), ev.added_trunk_mass, dev)
         mass = self.sim.model_view("body_mass")  # (n, nbody)
         mass[:, self.trunk_body] += self.added_mass
+        self.sim.set_constants()  # the subtree masses and inverse weights of each world's heavier or lighter trunk
 
     def _noise_vector(self) -> torch.Tensor:
         """The actor's noise half-range per observation column, from the terms `compute_observations` uses."""
@@ -239,9 +240,9 @@ class LocomotionEnv(MujocoVecEnv):
         torch.norm(self.commands[:, :2] - self.base_lin_vel[:, :2], dim=1, out=self._lin_vel_error)
         torch.abs(self.commands[:, 2] - self.base_ang_vel[:, 2], out=self._ang_vel_error)
 
-        # Commands: redraw every resampling interval (counted in policy steps since the last draw).
+        # Commands: redrawn every resampling interval, counted in policy steps since the last draw (the draw itself
+        # waits for `before_observations`: this step's reward and curriculum judge the command the policy saw).
         self._command_steps += 1
-        self._resample_commands(self._command_steps >= self.command_resample_steps)
 
         # Pushes: add a random horizontal velocity to the base when an environment's timer runs out.
         if cfg.events.push_velocity > 0:
@@ -256,6 +257,9 @@ class LocomotionEnv(MujocoVecEnv):
             # Walking off the map ends the episode as a time-out (the policy did nothing wrong).
             off_map = ((self._root_xy < self._map_low) | (self._root_xy > self._map_high)).any(dim=1)
             self.episode_length_buf.masked_fill_(off_map, self.max_episode_length)
+
+    def before_observations(self) -> None:
+        self._resample_commands(self._command_steps >= self.command_resample_steps)
 
     def _resample_commands(self, mask: torch.Tensor) -> None:
         c, n, dev = self.cfg.commands, self.num_envs, self.device
