@@ -75,8 +75,12 @@ def live_processes_in_session(sid: int) -> list[int]:
     return found
 
 
-def interrupt(proc: subprocess.Popen, timeout: float = 120) -> tuple[str, str]:
+def interrupt(proc: subprocess.Popen, timeout: float = 120, echo: bool = False) -> tuple[str, str]:
+    """SIGINT to `train`; with `echo`, a second copy 0.2 s later, as `uv run` passes on a terminal's Ctrl-C."""
     proc.send_signal(signal.SIGINT)
+    if echo:
+        time.sleep(0.2)
+        proc.send_signal(signal.SIGINT)
     try:
         out, err = proc.communicate(timeout=timeout)
     finally:
@@ -290,11 +294,12 @@ def test_sigint_saves_prints_the_resume_command_and_resuming_continues_the_numbe
     flags += ["--keep-last", "2", "--keep-every", "4"]
     proc = start_train(tmp_path, *flags)
     run_dir = wait_for_iterations(proc, tmp_path, 5)
-    out, err = interrupt(proc)
+    out, err = interrupt(proc, echo=True)  # one Ctrl-C through `uv run`: not a second "stop now"
 
     assert proc.returncode == 128 + signal.SIGINT, err
     last = iterations_in(run_dir)[-1] + 1
     assert last >= 5
+    assert (run_dir / "reward_curve.png").is_file()
     assert [it for it, _ in checkpoints_in(run_dir)] == expected_kept(last, 2, 2, 4)
     assert not list(run_dir.glob(".*.tmp"))
     state = read_checkpoint(run_dir / f"model_{last}.pt")
@@ -335,7 +340,7 @@ def test_sigint_with_two_cpu_workers_stops_both_at_the_same_iteration_and_saves(
     flags += ["--save-interval", "3", "--keep-last", "1", "--keep-every", "0"]
     proc = start_train(tmp_path, *flags)
     run_dir = wait_for_iterations(proc, tmp_path, 4)
-    out, err = interrupt(proc)
+    out, err = interrupt(proc, echo=True)
 
     assert proc.returncode == 128 + signal.SIGINT, err
     last = iterations_in(run_dir)[-1] + 1

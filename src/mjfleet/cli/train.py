@@ -360,6 +360,7 @@ def main(argv: list[str] | None = None) -> None:
     except KeyboardInterrupt as exc:  # Interrupted (a clean stop), or a second Ctrl-C in the one-worker case
         signum = getattr(exc, "signum", signal.SIGINT)
         _report_interrupt(job, argv, signum)
+        job.run_dir.remove_if_empty()  # stopped while Python modules were still importing: nothing written
         raise SystemExit(128 + signum) from None
     except BaseException:
         job.run_dir.remove_if_empty()

@@ -42,6 +42,7 @@ from mjfleet.environ import environ_set
 from mjfleet.errors import UsageError, first_line
 from mjfleet.launch.devices import WorkerPlan
 from mjfleet.launch.worker import PREFIXED_ATTR, log_level_from_env, worker_main
+from mjfleet.signals import StopSignals
 
 R = TypeVar("R")
 
@@ -280,6 +281,8 @@ class _SignalRelay:
     def __init__(self, grace_s: float) -> None:
         self.grace_s = grace_s
         self.signum: int | None = None
+        self._signals = StopSignals()
+        self._deadline = 0.0
         self._known: set[_Proc] = set()
         self._before: set[_Proc] = set()
         self._lock = threading.Lock()
@@ -355,8 +358,12 @@ class _SignalRelay:
                 os._exit(128 + (self.signum or signal.SIGTERM))
 
     def _on_signal(self, signum: int) -> float:
-        """Forward the first signal and return the kill deadline; on a second one, kill everything and exit."""
-        if self.signum is None:
+        """Forward the first signal and return the kill deadline; on a second one (not an echo of the first: see
+        mjfleet.signals), kill everything and exit."""
+        first = self.signum is None
+        if not self._signals.arrived(signum):
+            return self._deadline  # an echo of the first signal (`uv run` passes on the group's Ctrl-C)
+        if first:
             self.signum = signum
             _say(
                 f"{_name(signum)}: stopping the workers (up to {self.grace_s:.0f} s; "
@@ -367,7 +374,8 @@ class _SignalRelay:
                 # Ctrl-C already reached our whole process group; a second copy could look like a second Ctrl-C.
                 targets = [p for p in targets if _pgid(p.pid) != os.getpgrp()]
             _send(targets, signum)
-            return time.monotonic() + self.grace_s
+            self._deadline = time.monotonic() + self.grace_s
+            return self._deadline
         _say(f"second signal ({_name(signum)}): killing all workers now")
         _send(self._alive(), signal.SIGKILL)
         os._exit(128 + signum)

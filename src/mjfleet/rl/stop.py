@@ -7,6 +7,8 @@ import signal
 import threading
 from types import FrameType
 
+from mjfleet.signals import StopSignals
+
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
@@ -14,7 +16,8 @@ class StopRequest:
     """While entered, SIGINT/SIGTERM set `signum` instead of raising; the runner checks it once per iteration.
 
     `abort_on_repeat`: a second signal restores the default behaviour and raises KeyboardInterrupt at once (the
-    in-process case, where the user's second Ctrl-C means "now"). Workers started by the launcher keep
+    in-process case, where the user's second Ctrl-C means "now"; an echo of the first within
+    `mjfleet.signals.ECHO_WINDOW_S`, as `uv run` sends, is not a second one). Workers started by the launcher keep
     ignoring repeats, since they receive the launcher's relayed signal and their agent's SIGTERM; the launcher
     itself kills them on a second Ctrl-C.
     """
@@ -22,8 +25,13 @@ class StopRequest:
     def __init__(self, abort_on_repeat: bool = True, announce: bool = True) -> None:
         self.abort_on_repeat = abort_on_repeat
         self.announce = announce
-        self.signum: int | None = None
+        self._signals = StopSignals()
         self._previous: dict[int, object] = {}
+
+    @property
+    def signum(self) -> int | None:
+        """The first stop signal received, or None."""
+        return self._signals.first
 
     @property
     def requested(self) -> bool:
@@ -40,8 +48,10 @@ class StopRequest:
         self._previous = {}
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
-        if self.signum is None:
-            self.signum = signum
+        first = self.signum is None
+        if not self._signals.arrived(signum):
+            return  # an echo of the first
+        if first:
             if self.announce:
                 again = " (again to stop at once)" if self.abort_on_repeat else ""
                 # os.write, not print: a handler that prints while the interrupted code prints to stderr too
