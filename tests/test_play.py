@@ -239,3 +239,25 @@ def test_exporting_an_older_checkpoint_notes_that_it_replaces_a_newer_export(tmp
     assert capsys.readouterr().out == ""
     _note_replaced_export(metadata, 100)
     assert "export of iteration 300 with iteration 100" in capsys.readouterr().out
+
+
+def test_play_notes_only_the_env_settings_that_differ_from_training(capsys):
+    import dataclasses
+
+    from mjfleet.cli.play import _notice_differences
+    from mjfleet.tasks import get_task
+
+    spec = get_task("Quadruped-Velocity-Flat")
+    cfg = spec.env_config()
+    # What train stores in the checkpoint: the config as dataclasses.asdict makes it (tuples stay tuples).
+    state = {"infos": {"task": spec.name, "env_cfg": dataclasses.asdict(cfg)}}
+    _notice_differences(spec.name, dataclasses.replace(cfg, num_envs=7), state)
+    assert capsys.readouterr().out == ""
+
+    changed = dataclasses.replace(cfg, commands=dataclasses.replace(cfg.commands, lin_vel_x=(-0.5, 0.5)))
+    _notice_differences(spec.name, changed, state)
+    out = capsys.readouterr().out
+    assert out.startswith(
+        "note: env settings differ from training: commands.lin_vel_x=[-0.5, 0.5] (trained: "
+    )
+    assert out.count("=") == 1 and len(out.splitlines()) == 1

@@ -326,13 +326,27 @@ def _notice_differences(task: str, env_cfg: Any, state: dict[str, Any]) -> None:
     infos = state.get("infos") or {}
     if infos.get("task") and infos["task"] != task:
         print(f"note: the checkpoint was trained on {infos['task']}; playing it on {task}")
-    trained = infos.get("env_cfg") or {}
-    now = _plain(dataclasses.asdict(env_cfg))
+    # Both sides plain and flattened to dotted names: the checkpoint keeps tuples where the flags give lists,
+    # and a note should name the one nested setting that differs, not its whole group.
+    trained = _flatten(_plain(infos.get("env_cfg") or {}))
+    now = _flatten(_plain(dataclasses.asdict(env_cfg)))
     ignore = {"num_envs", "capture_graphs", "capture_step"}
     differ = [k for k in now if k in trained and k not in ignore and trained[k] != now[k]]
     if differ:
         pairs = ", ".join(f"{k}={now[k]!r} (trained: {trained[k]!r})" for k in differ[:4])
-        print(f"note: env settings differ from training: {pairs}; pass --env.* flags to match")
+        more = f" and {len(differ) - 4} more" if len(differ) > 4 else ""
+        print(f"note: env settings differ from training: {pairs}{more}; pass --env.* flags to match")
+
+
+def _flatten(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """{"commands": {"lin_vel_x": v}} -> {"commands.lin_vel_x": v}."""
+    flat: dict[str, Any] = {}
+    for key, value in config.items():
+        if isinstance(value, dict) and value:
+            flat.update(_flatten(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
 
 
 def _note_replaced_export(metadata: pathlib.Path, iteration: int) -> None:
