@@ -143,3 +143,16 @@ def test_the_same_seed_trains_the_same_policy_and_another_seed_another(tmp_path,
     (actor_a, returns_a), (actor_b, returns_b), (actor_c, _) = runs["a"], runs["b"], runs["c"]
     assert all(torch.equal(actor_a[k], actor_b[k]) for k in actor_a) and returns_a == returns_b
     assert not all(torch.equal(actor_a[k], actor_c[k]) for k in actor_a)
+
+
+@pytest.mark.parametrize(
+    ("modules", "needle"),
+    [("pendlum", "'pendlum', which is not importable"), ("pendulum,pendulum_copy", "registered twice")],
+)
+def test_a_bad_task_module_in_the_environment_is_one_line(modules, needle, tmp_path):
+    examples = pathlib.Path(__file__).parent.parent / "examples"
+    # The same file under a second name registers its task a second time.
+    (tmp_path / "pendulum_copy.py").write_text((examples / "pendulum.py").read_text())
+    env = {**os.environ, "MJFLEET_TASK_MODULES": modules, "PYTHONPATH": f"{examples}{os.pathsep}{tmp_path}"}
+    result = subprocess.run([str(BIN / "tasks")], capture_output=True, text=True, timeout=120, env=env)
+    assert_one_line_usage_error(result, needle)

@@ -53,7 +53,9 @@ def register(spec: TaskSpec) -> TaskSpec:
     if isinstance(spec.env_class, str) and ":" not in spec.env_class:
         raise ValueError(f"task {spec.name!r}: env_class {spec.env_class!r} must read 'package.module:Class'")
     if spec.name in _TASKS:
-        raise ValueError(f"task {spec.name!r} is registered twice")
+        raise UsageError(
+            f"task {spec.name!r} is registered twice (do two modules in MJFLEET_TASK_MODULES define it?)"
+        )
     _TASKS[spec.name] = spec
     return spec
 
