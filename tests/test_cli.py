@@ -156,3 +156,26 @@ def test_a_bad_task_module_in_the_environment_is_one_line(modules, needle, tmp_p
     env = {**os.environ, "MJFLEET_TASK_MODULES": modules, "PYTHONPATH": f"{examples}{os.pathsep}{tmp_path}"}
     result = subprocess.run([str(BIN / "tasks")], capture_output=True, text=True, timeout=120, env=env)
     assert_one_line_usage_error(result, needle)
+
+
+@pytest.mark.parametrize(
+    ("command", "needles"),
+    [
+        (
+            ["train", "Cartpole-Balance", "--num-env", "8"],
+            ["--num-env", "did you mean --env.num-envs or --num-envs?"],
+        ),
+        (
+            ["train", "Cartpole-Balance", "--num-envs", "abc"],
+            ["--num-envs", "'abc'", "train Cartpole-Balance --help"],
+        ),
+        (
+            ["train", "Cartpole-Balance", "--log-format", "foo"],
+            ["'foo'", "--log-format", "'block', 'compact'"],
+        ),
+        (["play", "Cartpole-Balance", "--agent", "foo"], ["--agent 'foo'", "checkpoint, random, zero"]),
+        (["plot", "--bogus", "x"], ["--bogus"]),
+    ],
+)
+def test_a_flag_tyro_cannot_parse_is_one_line_not_a_box(command, needles):
+    assert_one_line_usage_error(run(*command), *needles)

@@ -9,6 +9,7 @@ import sys
 from collections.abc import Callable
 from typing import Any, NoReturn
 
+from mjfleet.cli.parse import parse_flags
 from mjfleet.errors import UsageError
 from mjfleet.launch.devices import WorkerPlan, make_plan, parse_gpu_ids
 from mjfleet.launch.launcher import WorkerFailed
@@ -39,6 +40,9 @@ def user_errors(prog: str) -> Callable:
             except KeyboardInterrupt as exc:
                 print(f"{prog}: interrupted", file=sys.stderr)
                 raise SystemExit(getattr(exc, "exit_code", 130)) from None
+            except BrokenPipeError:  # output piped into a reader that closed early (`... --help | head`)
+                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
+                raise SystemExit(1) from None
 
         return run
 
@@ -100,8 +104,6 @@ def parse_task_command(
     argv: list[str], prog: str, usage: str, flags_base: type, description: str | None = None
 ):
     """(task name, flags) for `<prog> <Task> [flags]`: `flags_base` plus the task's own --env.* / --agent.*."""
-    import tyro
-
     from mjfleet.tasks import get_task
 
     task_name, rest = split_task(argv, prog, usage)
@@ -109,7 +111,7 @@ def parse_task_command(
     flags_type = with_task_configs(
         flags_base, spec.env_config(), spec.agent_config(), f"{prog.title()}Config"
     )
-    flags = tyro.cli(
-        flags_type, args=rest, prog=f"{prog} {spec.name}", description=description or spec.description
+    flags = parse_flags(
+        flags_type, rest, prog=f"{prog} {spec.name}", description=description or spec.description
     )
     return spec.name, flags

@@ -9,6 +9,7 @@ import os
 import pathlib
 import sys
 import time
+import typing
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -17,6 +18,8 @@ from mjfleet.errors import UsageError, first_line
 from mjfleet.runs.run_dir import atomic_write_text
 
 PROG = "play"
+Policy = Literal["checkpoint", "random", "zero"]
+POLICIES: tuple[str, ...] = typing.get_args(Policy)
 USAGE = """usage: play <Task> [flags]
 
 Evaluate a policy: the latest checkpoint of the task's experiment unless told otherwise.
@@ -37,7 +40,7 @@ class PlayFlags:
     """A run directory path, or a regex over run directory names (newest match). Default: the newest run with
     a checkpoint in <logs-root>/<experiment>."""
     logs_root: str = "logs"
-    policy: Literal["checkpoint", "random", "zero"] = "checkpoint"
+    policy: Policy = "checkpoint"
     """What acts: the checkpoint's policy, uniform random actions, or zeros (`--agent random|zero` works too)."""
     gpu_ids: tuple[str, ...] = ("auto",)
     """One GPU id, or None/cpu for CPU. auto: GPU 0 if CUDA is available, else CPU."""
@@ -74,12 +77,15 @@ def _agent_alias(args: list[str]) -> list[str]:
     i = 0
     while i < len(args):
         arg = args[i]
+        value = None
         if arg == "--agent" and i + 1 < len(args) and not args[i + 1].startswith("-"):
-            out += ["--policy", args[i + 1]]
-            i += 2
-            continue
-        if arg.startswith("--agent="):
-            arg = "--policy=" + arg.split("=", 1)[1]
+            value, i = args[i + 1], i + 1
+        elif arg.startswith("--agent="):
+            value = arg.split("=", 1)[1]
+        if value is not None:
+            if value not in POLICIES:
+                raise UsageError(f"--agent {value!r}: use one of {', '.join(POLICIES)}")
+            arg = f"--policy={value}"
         out.append(arg)
         i += 1
     return out

@@ -9,6 +9,7 @@ from typing import Annotated
 
 import tyro
 
+from mjfleet.cli.parse import parse_flags
 from mjfleet.errors import UsageError
 
 PROG = "plot"
@@ -34,7 +35,7 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def parse_args(argv: list[str]) -> PlotFlags:
-    flags = tyro.cli(tyro.conf.PositionalRequiredArgs[PlotFlags], args=argv, prog=PROG)
+    flags = parse_flags(tyro.conf.PositionalRequiredArgs[PlotFlags], argv, prog=PROG)
     if not flags.runs:
         raise UsageError("name at least one run directory, e.g. `plot logs/cartpole_balance/<run>`")
     return flags
