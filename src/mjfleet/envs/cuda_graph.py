@@ -10,10 +10,18 @@ stays reserved for the graph), warp launches into the same capturing stream, and
 tells warp that a capture is under way, so mujoco_warp's solver loop becomes a conditional graph node instead of
 a loop on the host. `Simulation` launches its kernels directly (not its own captured graphs) while a capture is
 under way.
+
+Memory: torch gives a graph's allocations its private pool only while the stream's capture sequence is the one
+torch began. Recording the solver loop's body, warp pauses that capture and resumes it into the same graph,
+which is a new capture sequence: without more, every tensor the step allocates after the physics (observations,
+rewards, their temporaries) would come from the general pool, and be handed out again after the capture while
+replays keep writing there. So the capture also routes this thread's allocations into the graph's pool
+(`torch.cuda.use_mem_pool`), whatever the capture sequence, and warp is told torch's capture mode ("global").
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -36,17 +44,31 @@ class CapturedFunction:
         self.graph = torch.cuda.CUDAGraph()
         stream = torch.cuda.Stream(device=device)
         wp_device = wp.get_device(str(device))
+        # Kept with the graph: its replays write into this pool's memory.
+        self.pool = torch.cuda.MemPool() if hasattr(torch.cuda, "use_mem_pool") else None
         with (
             torch.cuda.device(device),
             wp.ScopedDevice(wp_device),
             wp.ScopedStream(wp.stream_from_torch(stream)),
         ):
-            with torch.cuda.graph(self.graph, stream=stream):
-                wp.capture_begin(device=wp_device, force_module_load=False, external=True)
-                try:
-                    self.output = fn(self.input)
-                finally:
-                    wp.capture_end(device=wp_device)
+            pool_id = self.pool.id if self.pool is not None else None
+            with torch.cuda.graph(self.graph, pool=pool_id, stream=stream, capture_error_mode="global"):
+                routed = (
+                    torch.cuda.use_mem_pool(self.pool, device)
+                    if self.pool is not None
+                    else contextlib.nullcontext()
+                )
+                with routed:
+                    wp.capture_begin(
+                        device=wp_device,
+                        force_module_load=False,
+                        external=True,
+                        capture_mode=wp.CaptureMode.GLOBAL,  # the mode torch began the capture in
+                    )
+                    try:
+                        self.output = fn(self.input)
+                    finally:
+                        wp.capture_end(device=wp_device)
 
     def __call__(self, x: torch.Tensor) -> Any:
         self.input.copy_(x)
