@@ -179,3 +179,38 @@ def test_packed_minibatches_equal_indexing_every_field_as_the_cuda_graph_does(tm
         assert len(packed.old_distribution_params) == len(indexed.old_distribution_params) == 2
         for a, b in zip(packed.old_distribution_params, indexed.old_distribution_params, strict=True):
             assert torch.equal(a, b)
+
+
+def test_autograd_minibatches_over_drawn_indices_are_rsl_rls_own(tmp_path):
+    """A failed CUDA-graph capture goes on op by op over the minibatches it already drew: with autograd too, those
+    are the rows rsl_rl's generator would draw (the random stream is not drawn twice)."""
+    import copy
+
+    runner, _ = _runner(tmp_path)
+    alg = runner.alg
+    alg._analytic = None  # autograd
+    obs = runner.env.get_observations()
+    with torch.inference_mode():
+        for _ in range(runner.cfg["num_steps_per_env"]):
+            obs, rewards, dones, extras = runner.env.step(alg.act(obs))
+            alg.process_env_step(obs, rewards, dones, extras)
+        alg.compute_returns(obs)
+    models = (alg.actor, alg.critic)
+    start = [copy.deepcopy(m.state_dict()) for m in models], copy.deepcopy(alg.optimizer.state_dict())
+    learning_rate = alg.learning_rate  # the adaptive schedule changes it
+    results = []
+    for drawn in (False, True):
+        alg.learning_rate = learning_rate
+        for model, state in zip(models, start[0], strict=True):
+            model.load_state_dict(state)
+        alg.optimizer.load_state_dict(copy.deepcopy(start[1]))
+        alg._optimizer_step = None
+        torch.manual_seed(3)
+        losses, _ = alg._update_op_by_op(alg._minibatch_indices() if drawn else None)
+        params = torch.cat([p.detach().flatten() for m in models for p in m.parameters()])
+        results.append((losses, params, torch.rand(1)))
+    (losses, params, after), (drawn_losses, drawn_params, drawn_after) = results
+    assert torch.equal(after, drawn_after)  # each drew one permutation
+    torch.testing.assert_close(drawn_losses, losses)
+    torch.testing.assert_close(drawn_params, params)
+    assert not torch.equal(params, torch.cat([t.flatten() for s in start[0] for t in s.values()]))

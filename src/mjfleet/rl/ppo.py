@@ -414,10 +414,11 @@ class FleetPPO(PPO):
         return {"value": value, "surrogate": surrogate, "entropy": entropy_mean}
 
     def _update_op_by_op(self, indices: list[torch.Tensor] | None = None) -> tuple[torch.Tensor, int]:
-        """Minibatch by minibatch, launched op by op: by `AnalyticMinibatch` where it applies (over `indices`, if
-        already drawn), otherwise by autograd over rsl_rl's minibatch generator (which draws its own)."""
+        """Minibatch by minibatch, launched op by op: by `AnalyticMinibatch` where it applies, otherwise by autograd;
+        over the minibatches `indices` when already drawn (a failed CUDA-graph capture goes on with the ones it
+        drew), else the same rows rsl_rl's generator would draw."""
         gradients = self._gradients_function()
-        if self._analytic is not None:
+        if self._analytic is not None or indices is not None:
             batches = self._packed_mini_batches(indices)
         else:
             batches = self.storage.mini_batch_generator(self.num_mini_batches, self.num_learning_epochs)
