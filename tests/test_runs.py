@@ -182,8 +182,13 @@ def test_an_unreadable_checkpoint_is_a_usage_error(tmp_path):
         (None, ["--resume"], "no runs in"),
         (None, ["--checkpoint", "missing.pt"], "no such file"),
         (b"truncated", ["--resume"], "cannot read checkpoint"),
+        (b"\x80\x05garbage", ["--resume"], "a damaged file, or one not written by mjfleet"),
         ("iteration 2", ["--load-run", "2026-01-01", "--max-iterations", "2"], "already at iteration 2"),
-        ("another policy", ["--resume", "--num-envs", "16"], "does not fit this task's policy"),
+        (
+            "another policy",
+            ["--resume", "--num-envs", "16"],
+            'does not fit this task\'s policy: Error(s) in loading state_dict for MLPModel: Missing key(s) in state_dict: "distribution.std_param"',
+        ),
     ],
 )
 def test_train_resume_errors_are_one_line_with_exit_status_2(

@@ -6,6 +6,10 @@ class UsageError(Exception):
 
 
 def first_line(exc: BaseException) -> str:
-    """The first line of an exception's message (its type's name when the message is empty): for one-line
-    reports of errors that come from libraries."""
-    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    """The first line of an exception's message (its type's name when the message is empty), for one-line reports
+    of errors that come from libraries; a first line that ends in ":" gets the next one too ("Error(s) in loading
+    state_dict for MLPModel: size mismatch for mlp.0.weight: ...")."""
+    lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()] or [type(exc).__name__]
+    if lines[0].endswith(":") and len(lines) > 1:
+        return f"{lines[0]} {lines[1]}"
+    return lines[0]

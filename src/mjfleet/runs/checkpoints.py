@@ -100,11 +100,21 @@ def read_checkpoint(path: str | os.PathLike, map_location: Any = "cpu") -> dict[
     except FileNotFoundError:
         raise UsageError(f"checkpoint {path} does not exist") from None
     except Exception as exc:  # noqa: BLE001 - truncated, not a torch file, unpicklable, ...
-        first = first_line(exc)
-        raise UsageError(f"cannot read checkpoint {path}: {first}") from None
+        raise UsageError(f"cannot read checkpoint {path}: {_load_failure(exc)}") from None
     if not isinstance(state, dict) or "actor_state_dict" not in state or "iter" not in state:
         raise UsageError(f"{path} is not an mjfleet checkpoint (no actor_state_dict / iter)")
     return state
+
+
+def _load_failure(exc: BaseException) -> str:
+    """Why torch.load failed, in one line. Its safe loader's message starts with advice to load unsafely, which
+    fits a file from another tool at best; the reason itself follows "WeightsUnpickler error:"."""
+    text = str(exc)
+    marker = "WeightsUnpickler error:"
+    if marker in text:
+        reason = (text.split(marker, 1)[1].strip().splitlines() or ["?"])[0]
+        return f"not a checkpoint that loads safely: a damaged file, or one not written by mjfleet ({reason})"
+    return first_line(exc)
 
 
 def checkpoint_iteration(path: str | os.PathLike) -> int | None:
