@@ -159,6 +159,7 @@ def test_load_run_regex_path_and_checkpoint_number_select_a_checkpoint(tmp_path)
     [
         (None, None, "no runs in"),
         ("gamma", None, "no run directory"),
+        ("/nonexistent/2026-01-01_00-00-00", None, "no such directory"),
         ("alpha", "7", "iterations saved in that run: 4"),
         (None, "missing.pt", "no such file"),
     ],

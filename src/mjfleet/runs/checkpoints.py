@@ -41,6 +41,8 @@ def find_run(experiment_dir: str | os.PathLike, load_run: str | None = None) -> 
         return pathlib.Path(load_run).resolve()
     runs = runs_in(experiment_dir)
     if load_run is not None:
+        if os.sep in load_run:  # a run names no directories: this was meant as a path
+            raise UsageError(f"--load-run {load_run}: no such directory")
         try:
             pattern = re.compile(load_run)
         except re.error as exc:
