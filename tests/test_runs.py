@@ -414,6 +414,26 @@ def test_plot_without_metrics_is_a_one_line_error(tmp_path, capsys):
     assert exit_info.value.code == 2 and "\n" not in err and "metrics.jsonl" in err
 
 
+def test_plot_over_an_experiment_glob_skips_plays_baseline_directories(tmp_path, monkeypatch, capsys):
+    from mjfleet.cli.plot import main
+
+    records = [
+        {"iteration": i, "env_steps": 64 * i, "mean_return": float(i), "mean_episode_length": 3.0}
+        for i in range(9)
+    ]
+    runs = [tmp_path / "2026-01-01_00-00-00", tmp_path / "2026-01-02_00-00-00"]
+    for run in runs:
+        run.mkdir()
+        (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    (tmp_path / "baseline_random").mkdir()
+    (tmp_path / "baseline_random" / "eval.json").write_text("{}")
+    monkeypatch.chdir(tmp_path)
+    main([str(p) for p in sorted(tmp_path.iterdir())])
+    out = capsys.readouterr().out
+    assert "skipped (no metrics.jsonl): " in out and "baseline_random" in out
+    assert_real_plot(tmp_path / "reward_curves.png")
+
+
 def assert_real_plot(path: pathlib.Path) -> None:
     import matplotlib.image
 

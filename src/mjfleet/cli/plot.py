@@ -45,15 +45,29 @@ def _main(argv: list[str]) -> None:
     from mjfleet.runs.plots import plot_reward_curve
 
     flags = parse_args(argv)
+    runs = list(flags.runs)
+    if len(runs) > 1:
+        # A glob over an experiment (quickstart: `plot logs/cartpole_balance/*/`) also matches play's
+        # baseline_* directories, which hold an eval.json but no training metrics.
+        trained = [run for run in runs if _has_metrics(run)]
+        skipped = [run for run in runs if run not in trained]
+        if trained and skipped:
+            print(f"skipped (no metrics.jsonl): {', '.join(skipped)}")
+            runs = trained
     if flags.output is not None:
         output = pathlib.Path(flags.output)
-    elif len(flags.runs) == 1:
-        run = pathlib.Path(flags.runs[0])
+    elif len(runs) == 1:
+        run = pathlib.Path(runs[0])
         output = (run.parent if run.is_file() else run) / "reward_curve.png"
     else:
         output = pathlib.Path("reward_curves.png")
-    written = plot_reward_curve(flags.runs, output)
+    written = plot_reward_curve(runs, output)
     print(f"wrote {written}")
+
+
+def _has_metrics(run: str) -> bool:
+    path = pathlib.Path(run)
+    return path.is_file() or (path / "metrics.jsonl").is_file()
 
 
 if __name__ == "__main__":
