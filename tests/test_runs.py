@@ -323,6 +323,7 @@ def test_sigint_saves_prints_the_resume_command_and_resuming_continues_the_numbe
         timeout=300,
     )
     assert resumed.returncode == 0, resumed.stderr
+    assert f"done: iterations {last + 1}-{last + 2} (2 here), {2 * 8 * 32:,} env steps in " in resumed.stdout
     (new_run,) = [p for p in (tmp_path / "logs" / EXPERIMENT).iterdir() if p != run_dir]
     assert iterations_in(new_run) == [last, last + 1]
     run_yaml = yaml.safe_load((new_run / "params" / "run.yaml").read_text())

@@ -6,6 +6,7 @@ import dataclasses
 import functools
 import os
 import sys
+import tempfile
 from collections.abc import Callable
 from typing import Any, NoReturn
 
@@ -50,7 +51,8 @@ def user_errors(prog: str) -> Callable:
 
 
 def worker_plan(flags: Any) -> WorkerPlan:
-    """The worker plan from the common --gpu-ids / --cpu-workers / --hosts / --threads flags (prints any notice)."""
+    """The worker plan from the common --gpu-ids / --cpu-workers / --hosts / --threads flags (prints any notice,
+    unless the command has --quiet)."""
     gpu_tokens = None if list(flags.gpu_ids) == ["auto"] else list(flags.gpu_ids)
     plan = make_plan(
         parse_gpu_ids(gpu_tokens),
@@ -58,18 +60,43 @@ def worker_plan(flags: Any) -> WorkerPlan:
         hosts=list(flags.hosts),
         threads=flags.threads,
     )
-    if plan.notice:
+    if plan.notice and not getattr(flags, "quiet", False):
         print(plan.notice)
     return plan
 
 
+NO_DRIVER_WARNING = b"Could not find or load the NVIDIA CUDA driver"
+"""The line warp's native start-up prints on every machine without a CUDA driver (the commands say "no CUDA GPU
+found" themselves where the device matters)."""
+
+
 def quiet_warp() -> None:
-    """Keep warp's start-up banner and per-module compile lines off the console unless asked for."""
+    """Keep warp's start-up banner, its no-CUDA-driver warning and per-module compile lines off the console unless
+    asked for (MJFLEET_WARP_VERBOSE)."""
     import warp as wp
 
-    if not os.environ.get("MJFLEET_WARP_VERBOSE"):
-        wp.config.quiet = True  # pyright: ignore[reportAttributeAccessIssue] - set at run time, not declared
-        wp.config.log_level = wp.LOG_WARNING
+    if os.environ.get("MJFLEET_WARP_VERBOSE"):
+        return
+    wp.config.quiet = True  # pyright: ignore[reportAttributeAccessIssue] - set at run time, not declared
+    wp.config.log_level = wp.LOG_WARNING
+    from warp._src import context
+
+    if context.runtime is not None:
+        return  # initialised already: nothing left to filter
+    # The native library writes to file descriptor 2 directly: catch that in a file, pass on all but the line.
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as caught:
+        os.dup2(caught.fileno(), 2)
+        try:
+            wp.init()
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            caught.seek(0)
+            for line in caught.read().splitlines(keepends=True):
+                if NO_DRIVER_WARNING not in line:
+                    os.write(2, line)
 
 
 def split_task(argv: list[str], prog: str, usage: str) -> tuple[str, list[str]]:

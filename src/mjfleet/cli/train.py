@@ -239,7 +239,7 @@ def train_worker(job: TrainJob) -> dict[str, Any]:
                 raise UsageError(
                     f"checkpoint {job.resume_from} does not fit this task's policy: {first}"
                 ) from None
-        start_iteration = runner.current_learning_iteration
+        start_iteration, start_env_steps = runner.current_learning_iteration, runner.env_steps
         if ctx.is_main:
             job.run_dir.create()
             job.run_dir.write_params(
@@ -272,7 +272,9 @@ def train_worker(job: TrainJob) -> dict[str, Any]:
         raise Interrupted(runner.interrupted)
     return {
         "iterations": runner.current_learning_iteration,
+        "start_iteration": start_iteration,  # > 0 when resumed: the counts below include the checkpoint's
         "env_steps": runner.env_steps,
+        "start_env_steps": start_env_steps,
         "train_time_s": time.perf_counter() - start,
         "mean_return": record.get("mean_return"),
         "mean_episode_length": record.get("mean_episode_length"),
@@ -366,8 +368,10 @@ def main(argv: list[str] | None = None) -> None:
         job.run_dir.remove_if_empty()
         raise
     wall = time.perf_counter() - start
+    first, last = summary["start_iteration"], summary["iterations"]
+    done = f"{last} iterations" if first == 0 else f"iterations {first + 1}-{last} ({last - first} here)"
     print(
-        f"done: {summary['iterations']} iterations, {summary['env_steps']:,} env steps in {wall:.1f} s "
+        f"done: {done}, {summary['env_steps'] - summary['start_env_steps']:,} env steps in {wall:.1f} s "
         f"(training {summary['train_time_s']:.1f} s); final mean return {summary['mean_return']:.2f}, "
         f"mean episode length {summary['mean_episode_length']:.1f}; run written to {summary['run_dir']}"
     )

@@ -76,6 +76,7 @@ def get_task(name: str) -> TaskSpec:
     hint = (
         f"did you mean {', '.join(lowered[c] for c in close)}?"
         if close
-        else "run `uv run tasks` to list them."
+        else "run `uv run tasks` to list them (a task defined outside mjfleet needs its module in "
+        "MJFLEET_TASK_MODULES)."
     )
     raise UsageError(f"unknown task {name!r}: {hint}")
