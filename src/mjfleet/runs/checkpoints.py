@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import pathlib
 import re
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -97,12 +98,17 @@ def read_checkpoint(path: str | os.PathLike, map_location: Any = "cpu") -> dict[
     """Load a checkpoint written by FleetRunner.save; an unreadable or foreign file is a UsageError."""
     import torch
 
-    try:
-        state = torch.load(path, map_location=map_location, weights_only=True)
-    except FileNotFoundError:
-        raise UsageError(f"checkpoint {path} does not exist") from None
-    except Exception as exc:  # noqa: BLE001 - truncated, not a torch file, unpicklable, ...
-        raise UsageError(f"cannot read checkpoint {path}: {_load_failure(exc)}") from None
+    # torch's warnings about a file it then fails to read would make the one-line error several lines
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            state = torch.load(path, map_location=map_location, weights_only=True)
+        except FileNotFoundError:
+            raise UsageError(f"checkpoint {path} does not exist") from None
+        except Exception as exc:  # noqa: BLE001 - truncated, not a torch file, unpicklable, ...
+            raise UsageError(f"cannot read checkpoint {path}: {_load_failure(exc)}") from None
+    for warning in caught:  # it loaded: they are worth seeing
+        warnings.showwarning(warning.message, warning.category, warning.filename, warning.lineno)
     if not isinstance(state, dict) or "actor_state_dict" not in state or "iter" not in state:
         raise UsageError(f"{path} is not an mjfleet checkpoint (no actor_state_dict / iter)")
     return state
