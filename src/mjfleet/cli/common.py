@@ -81,8 +81,10 @@ def quiet_warp() -> None:
     wp.config.log_level = wp.LOG_WARNING
     from warp._src import context
 
-    if context.runtime is not None:
-        return  # initialised already: nothing left to filter
+    if context.runtime is not None or _cuda_driver_loadable():
+        # Initialised already, or a driver is there: warp has no such line to print, and it initialises when
+        # first used (early, it would hold a CUDA context on every GPU in the launching process too).
+        return
     # The native library writes to file descriptor 2 directly: catch that in a file, pass on all but the line.
     sys.stderr.flush()
     saved = os.dup(2)
@@ -97,6 +99,19 @@ def quiet_warp() -> None:
             for line in caught.read().splitlines(keepends=True):
                 if NO_DRIVER_WARNING not in line:
                     os.write(2, line)
+
+
+def _cuda_driver_loadable() -> bool:
+    """Whether the NVIDIA driver library loads here (loading it creates no CUDA context)."""
+    import ctypes
+
+    for name in ("libcuda.so.1", "libcuda.so", "nvcuda.dll"):
+        try:
+            ctypes.CDLL(name)
+            return True
+        except OSError:
+            continue
+    return False
 
 
 def split_task(argv: list[str], prog: str, usage: str) -> tuple[str, list[str]]:
