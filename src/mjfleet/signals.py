@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from typing import Literal
 
 ECHO_WINDOW_S = 1.0
 """A repeat of the first signal within this time is the same request: `uv run` passes on a Ctrl-C that its
@@ -16,10 +17,10 @@ class StopSignals:
         self.first: int | None = None
         self._first_at = 0.0
 
-    def arrived(self, signum: int) -> bool:
-        """Record `signum`; whether it is a new request (the first signal, or a repeat that is not an echo)."""
+    def arrived(self, signum: int) -> Literal["first", "echo", "repeat"]:
+        """Record `signum` and say what it is: the first stop signal, an echo of it, or a repeat that means "now"."""
         now = time.monotonic()
         if self.first is None:
             self.first, self._first_at = signum, now
-            return True
-        return not (signum == self.first and now - self._first_at < ECHO_WINDOW_S)
+            return "first"
+        return "echo" if signum == self.first and now - self._first_at < ECHO_WINDOW_S else "repeat"

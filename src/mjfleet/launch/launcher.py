@@ -280,15 +280,18 @@ class _SignalRelay:
 
     def __init__(self, grace_s: float) -> None:
         self.grace_s = grace_s
-        self.signum: int | None = None
         self._signals = StopSignals()
-        self._deadline = 0.0
         self._known: set[_Proc] = set()
         self._before: set[_Proc] = set()
         self._lock = threading.Lock()
         self._active = False
         self._stop = threading.Event()
         self._done = threading.Event()
+
+    @property
+    def signum(self) -> int | None:
+        """The first SIGINT/SIGTERM received, or None."""
+        return self._signals.first
 
     def __enter__(self) -> _SignalRelay:
         global _active_relay
@@ -346,7 +349,7 @@ class _SignalRelay:
             if ready:
                 for signum in os.read(self._r, 64):
                     if signum and not self._stop.is_set():
-                        deadline = self._on_signal(signum)
+                        deadline = self._on_signal(signum) or deadline
             alive = self._alive()
             now = time.monotonic()
             if deadline is not None and killed_at is None and now > deadline and alive:
@@ -357,14 +360,13 @@ class _SignalRelay:
                 _say("the launcher did not return after killing the workers: exiting")
                 os._exit(128 + (self.signum or signal.SIGTERM))
 
-    def _on_signal(self, signum: int) -> float:
-        """Forward the first signal and return the kill deadline; on a second one (not an echo of the first: see
-        mjfleet.signals), kill everything and exit."""
-        first = self.signum is None
-        if not self._signals.arrived(signum):
-            return self._deadline  # an echo of the first signal (`uv run` passes on the group's Ctrl-C)
-        if first:
-            self.signum = signum
+    def _on_signal(self, signum: int) -> float | None:
+        """Forward the first signal and return the kill deadline; ignore an echo of it (see mjfleet.signals); on a
+        second one, kill everything and exit."""
+        kind = self._signals.arrived(signum)
+        if kind == "echo":  # `uv run` passes on the Ctrl-C our process group already received
+            return None
+        if kind == "first":
             _say(
                 f"{_name(signum)}: stopping the workers (up to {self.grace_s:.0f} s; "
                 "press Ctrl-C again to kill them now)"
@@ -374,8 +376,7 @@ class _SignalRelay:
                 # Ctrl-C already reached our whole process group; a second copy could look like a second Ctrl-C.
                 targets = [p for p in targets if _pgid(p.pid) != os.getpgrp()]
             _send(targets, signum)
-            self._deadline = time.monotonic() + self.grace_s
-            return self._deadline
+            return time.monotonic() + self.grace_s
         _say(f"second signal ({_name(signum)}): killing all workers now")
         _send(self._alive(), signal.SIGKILL)
         os._exit(128 + signum)

@@ -48,10 +48,10 @@ class StopRequest:
         self._previous = {}
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
-        first = self.signum is None
-        if not self._signals.arrived(signum):
-            return  # an echo of the first
-        if first:
+        kind = self._signals.arrived(signum)
+        if kind == "echo":
+            return
+        if kind == "first":
             if self.announce:
                 again = " (again to stop at once)" if self.abort_on_repeat else ""
                 # os.write, not print: a handler that prints while the interrupted code prints to stderr too
