@@ -21,6 +21,20 @@ def _runner(tmp_path, num_envs=32, iterations_per_save=2, steps=8):
     return FleetRunner(spec.make_env(env_cfg), agent, run_dir, "cpu"), run_dir
 
 
+def _collect(runner, returns: bool = True):
+    """One rollout into the algorithm's storage (inference mode, as the runner collects), then its returns unless
+    `returns` is False; the last observations."""
+    alg = runner.alg
+    obs = runner.env.get_observations()
+    with torch.inference_mode():
+        for _ in range(runner.cfg["num_steps_per_env"]):
+            obs, rewards, dones, extras = runner.env.step(alg.act(obs))
+            alg.process_env_step(obs, rewards, dones, extras)
+        if returns:
+            alg.compute_returns(obs)
+    return obs
+
+
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
     runner, run_dir = _runner(tmp_path_factory.mktemp("runs"))
@@ -78,13 +92,7 @@ def test_fleet_ppo_update_equals_rsl_rl_ppo_update_on_the_same_rollout(tmp_path)
     alg = runner.alg
     assert isinstance(alg, FleetPPO)
     before = copy.deepcopy(alg.get_policy().state_dict())
-    obs = runner.env.get_observations()
-    with torch.inference_mode():
-        for _ in range(runner.cfg["num_steps_per_env"]):
-            actions = alg.act(obs)
-            obs, rewards, dones, extras = runner.env.step(actions)
-            alg.process_env_step(obs, rewards, dones, extras)
-        alg.compute_returns(obs)
+    _collect(runner)
     reference = copy.deepcopy(alg)
     reference.__class__ = PPO  # rsl_rl's own update, with its per-tensor Adam
     reference.optimizer = torch.optim.Adam(
@@ -119,12 +127,9 @@ def test_returns_and_advantages_equal_rsl_rl_compute_returns(tmp_path, per_minib
     runner, _ = _runner(tmp_path, steps=16)  # 0.2 s episodes = 10 steps: terminal steps inside the rollout
     alg = runner.alg
     alg.normalize_advantage_per_mini_batch = per_minibatch
-    obs = runner.env.get_observations()
+    obs = _collect(runner, returns=False)
+    assert alg.storage.dones.any()
     with torch.inference_mode():
-        for _ in range(runner.cfg["num_steps_per_env"]):
-            obs, rewards, dones, extras = runner.env.step(alg.act(obs))
-            alg.process_env_step(obs, rewards, dones, extras)
-        assert alg.storage.dones.any()
         reference = copy.deepcopy(alg)
         alg.compute_returns(obs)
         PPO.compute_returns(reference, obs)
@@ -160,12 +165,7 @@ def test_packed_minibatches_equal_indexing_every_field_as_the_cuda_graph_does(tm
 
     runner, _ = _runner(tmp_path)
     alg = runner.alg
-    obs = runner.env.get_observations()
-    with torch.inference_mode():
-        for _ in range(runner.cfg["num_steps_per_env"]):
-            obs, rewards, dones, extras = runner.env.step(alg.act(obs))
-            alg.process_env_step(obs, rewards, dones, extras)
-        alg.compute_returns(obs)
+    _collect(runner)
     st = alg.storage
     indices = alg._minibatch_indices()
     observations, fields = st.observations.flatten(0, 1), transition_fields(st)
@@ -189,12 +189,7 @@ def test_autograd_minibatches_over_drawn_indices_are_rsl_rls_own(tmp_path):
     runner, _ = _runner(tmp_path)
     alg = runner.alg
     alg._analytic = None  # autograd
-    obs = runner.env.get_observations()
-    with torch.inference_mode():
-        for _ in range(runner.cfg["num_steps_per_env"]):
-            obs, rewards, dones, extras = runner.env.step(alg.act(obs))
-            alg.process_env_step(obs, rewards, dones, extras)
-        alg.compute_returns(obs)
+    _collect(runner)
     models = (alg.actor, alg.critic)
     start = [copy.deepcopy(m.state_dict()) for m in models], copy.deepcopy(alg.optimizer.state_dict())
     learning_rate = alg.learning_rate  # the adaptive schedule changes it
