@@ -19,9 +19,13 @@ NUM_ENVS = 16
 STEPS = 8
 
 
-def build_runner(num_envs: int, seed: int, *, average_gradients: bool = True, single_update: bool = False):
+def build_runner(
+    num_envs: int, seed: int, *, reducer: str = "auto", fast: bool = True, single_update: bool = False
+):
     spec, cfg, agent = cartpole_configs(num_envs, STEPS)
     agent.consistency_check_interval = 1
+    agent.algorithm.gradient_reducer = reducer
+    agent.algorithm.fast_update = fast
     if single_update:  # one full-batch gradient step: comparable with one process holding all the data
         agent.algorithm.num_learning_epochs = 1
         agent.algorithm.num_mini_batches = 1
@@ -29,7 +33,7 @@ def build_runner(num_envs: int, seed: int, *, average_gradients: bool = True, si
     torch.manual_seed(seed)
     wp.config.log_level = wp.LOG_WARNING
     env = spec.make_env(cfg, "cpu")
-    return FleetRunner(env, agent, None, "cpu", average_gradients=average_gradients, log_format="compact")
+    return FleetRunner(env, agent, None, "cpu", log_format="compact")
 
 
 def _gather(tensor: torch.Tensor) -> list[torch.Tensor]:
@@ -38,13 +42,13 @@ def _gather(tensor: torch.Tensor) -> list[torch.Tensor]:
     return out
 
 
-def train_and_compare(plan, average_gradients: bool) -> dict:
+def train_and_compare(plan, reducer: str) -> dict:
     """Train 3 iterations on each rank; report whether parameters and environment data match across ranks."""
     ctx = WorkerContext.from_env(plan)
     setup_worker(ctx, plan)
-    runner = build_runner(NUM_ENVS, seed_for(0, ctx), average_gradients=average_gradients)
+    runner = build_runner(NUM_ENVS, seed_for(0, ctx), reducer=reducer)
     first_obs = runner.env.get_observations()["critic"].clone()
-    if not average_gradients:
+    if reducer == "none":
         runner.agent_cfg.consistency_check_interval = 0  # drifting apart is the point of this run
     runner.learn(3)
     params = torch.cat([p.detach().reshape(-1) for p in runner._policy_parameters()])
@@ -61,7 +65,7 @@ def train_and_compare(plan, average_gradients: bool) -> dict:
     return {
         "episodes": episodes,
         "agreed_stop": agreed_stop,
-        "shared_memory": runner.alg._host_reduce is not None,
+        "reducer": runner.reducer_name,
         "rank": ctx.rank,
         "world_size": ctx.world_size,
         "params_identical": all(torch.equal(p, all_params[0]) for p in all_params),
@@ -84,14 +88,13 @@ def rollout(runner: FleetRunner) -> None:
 STORAGE_FIELDS = ("actions", "rewards", "dones", "values", "actions_log_prob", "returns", "advantages")
 
 
-def averaged_update(plan, out_dir: str, rsl_rl_update: bool = False) -> dict:
-    """Each rank: rollout, save its data and the initial parameters, do one PPO update with averaging (with
-    `rsl_rl_update`, rsl_rl's own update, as recurrent, RND or symmetry configurations run it)."""
+def averaged_update(plan, out_dir: str, reducer: str, fast: bool) -> dict:
+    """Each rank: rollout, save its data and the initial parameters, do one PPO update with averaging through
+    `reducer`, by the fast engine or the reference."""
     ctx = WorkerContext.from_env(plan)
     setup_worker(ctx, plan)
-    runner = build_runner(NUM_ENVS, seed_for(0, ctx), single_update=True)
-    if rsl_rl_update:
-        runner.alg.uses_rsl_rl_update = lambda: True
+    runner = build_runner(NUM_ENVS, seed_for(0, ctx), reducer=reducer, fast=fast, single_update=True)
+    assert (runner.alg.fast is not None) == fast
     runner.alg.broadcast_parameters()
     rollout(runner)
     storage = runner.alg.storage
@@ -102,7 +105,7 @@ def averaged_update(plan, out_dir: str, rsl_rl_update: bool = False) -> dict:
     saved["initial_critic"] = {k: v.clone() for k, v in runner.alg.critic.state_dict().items()}
     runner.alg.update()
     saved["final_actor"] = runner.alg.get_policy().state_dict()
-    saved["transport"] = "shared memory" if runner.alg._host_reduce is not None else "gloo"
+    saved["reducer"] = runner.reducer_name
     torch.save(saved, pathlib.Path(out_dir) / f"rank{ctx.rank}.pt")
     dist.barrier()
     return {"rank": ctx.rank}
@@ -114,26 +117,26 @@ def shared_memory_rounds(plan, rounds: int) -> dict:
     import random
     import time
 
-    from mjfleet.rl.shm_reduce import SharedMemoryReduce
+    from mjfleet.rl.reduce import SharedMemory
 
     ctx = WorkerContext.from_env(plan)
     setup_worker(ctx, plan)
-    assert SharedMemoryReduce.available(1000)
-    reduce = SharedMemoryReduce(1000)
+    assert SharedMemory.available(1000, torch.float32)
+    reduce = SharedMemory(ctx.world_size, 1000, torch.float32)
     jitter = random.Random(ctx.rank)
     wrong = 0
     for i in range(rounds):
         time.sleep(jitter.random() * 1e-3)  # arrive early or late: a rank may be a whole round ahead
         size = 1000 if i % 3 == 0 else 1 + (37 * i) % 1000  # the same on every rank
         buffer = torch.arange(size, dtype=torch.float32) * (ctx.rank + 1) + i
-        reduce.reduce(buffer)
+        reduce.sum(buffer)
         expected = torch.arange(size, dtype=torch.float32) * 3 + 2 * i  # ranks 0 and 1: factors 1 + 2
         wrong += int(not torch.equal(buffer, expected))
-    late = SharedMemoryReduce(10, timeout_s=0.5)
+    late = SharedMemory(ctx.world_size, 10, torch.float32, timeout_s=0.5)
     timed_out = ""
     if ctx.rank == 1:  # rank 0 never comes: rank 1 must give up with a clear error, not hang
         try:
-            late.reduce(torch.zeros(10))
+            late.sum(torch.zeros(10))
         except RuntimeError as exc:
             timed_out = str(exc)
     results: list = [None] * dist.get_world_size()

@@ -27,12 +27,12 @@ def plan(monkeypatch):
 def test_ranks_end_with_identical_parameters_while_their_environments_differ(plan):
     import distributed_workers as w
 
-    result = run_workers(plan, w.train_and_compare, plan, True, log_dir="")
+    result = run_workers(plan, w.train_and_compare, plan, "auto", log_dir="")
     assert result["world_size"] == 2 and result["seeds"] == [0, 1]
     assert result["params_identical"]
     assert not result["env_data_identical"]
     # Rank 0's view of the per-iteration exchanges: 2 + 3 episodes, returns 1 and 2 per step, the metric averaged.
-    assert result["shared_memory"]
+    assert result["reducer"] == "shared-memory"  # CPU workers on one host
     episodes = result["episodes"]
     assert episodes["episodes"] == 5 and episodes["mean_return"] == pytest.approx((2 * 1 + 3 * 2) / 5)
     assert episodes["Metrics/rank"] == pytest.approx(0.5)
@@ -42,24 +42,26 @@ def test_ranks_end_with_identical_parameters_while_their_environments_differ(pla
 def test_without_gradient_averaging_the_ranks_drift_apart(plan):
     import distributed_workers as w
 
-    result = run_workers(plan, w.train_and_compare, plan, False, log_dir="")
+    result = run_workers(plan, w.train_and_compare, plan, "none", log_dir="")
     assert not result["params_identical"]
 
 
 @pytest.mark.parametrize(
-    ("transport", "update"),
-    [("shared memory", "FleetPPO"), ("gloo", "FleetPPO"), ("shared memory", "rsl_rl")],
+    ("reducer", "update"),
+    [
+        ("shared-memory", "fast"),
+        ("all-gather", "fast"),
+        ("all-reduce", "fast"),
+        ("shared-memory", "reference"),
+    ],
 )
-def test_averaged_update_equals_one_process_update_on_both_ranks_data(
-    plan, tmp_path, monkeypatch, transport, update
-):
+def test_averaged_update_equals_one_process_update_on_both_ranks_data(plan, tmp_path, reducer, update):
+    """Every reducer, forced through its setting, and both update paths average to the one-process update."""
     import distributed_workers as w
 
-    if transport == "gloo":  # what CPU workers on several hosts use
-        monkeypatch.setenv("MJFLEET_SHM_REDUCE", "0")
-    run_workers(plan, w.averaged_update, plan, str(tmp_path), update == "rsl_rl", log_dir="")
+    run_workers(plan, w.averaged_update, plan, str(tmp_path), reducer, update == "fast", log_dir="")
     ranks = [torch.load(tmp_path / f"rank{r}.pt", weights_only=False) for r in (0, 1)]
-    assert [r["transport"] for r in ranks] == [transport, transport]
+    assert [r["reducer"] for r in ranks] == [reducer, reducer]
     assert torch.equal(ranks[0]["final_actor"]["mlp.0.weight"], ranks[1]["final_actor"]["mlp.0.weight"])
 
     single = w.build_runner(2 * w.NUM_ENVS, seed=0, single_update=True)

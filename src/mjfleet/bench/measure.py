@@ -23,7 +23,7 @@ import gc
 import io
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -33,6 +33,7 @@ from mjfleet.bench import machine, report
 from mjfleet.envs import EnvConfig
 from mjfleet.launch.devices import WorkerPlan
 from mjfleet.rl import AgentConfig
+from mjfleet.timing import Stopwatch
 
 PHASES = ("physics", "env", "rollout", "training")
 WARMUP_STEPS = 5
@@ -60,21 +61,6 @@ class BenchJob:
     """time.time() when the launcher started the workers (several workers), for the start-up time."""
     quiet: bool = False
     """No progress lines from rank 0."""
-
-
-@dataclass
-class _Collectives:
-    """Time spent in collectives during PPO updates, accumulated per iteration."""
-
-    grad_allreduce_s: float = 0.0
-    """Time in `alg.reduce_parameters` (packing, the gradient all-reduce, unpacking)."""
-    collectives_s: float = 0.0
-    """grad_allreduce_s plus every other collective of the update (normaliser statistics, ...)."""
-    in_update: bool = False
-    in_grad_reduce: bool = False
-    cpu_mark: float = 0.0
-    wall_mark: float = 0.0
-    per_iteration: list[dict[str, float]] = field(default_factory=list)
 
 
 def bench_worker(job: BenchJob) -> dict[str, Any] | None:
@@ -161,6 +147,7 @@ def _measure_point(job: BenchJob, ctx, env, runner, device: torch.device) -> dic
         "decimation": int(env.sim.substeps),
         "steps_per_block": job.steps,
         "steps_per_iteration": runner.cfg["num_steps_per_env"] * env.num_envs,
+        "gradient_reducer": runner.reducer_name,
     }
     n, dev = env.num_envs, device
     random_actions = torch.empty(n, env.num_actions, device=dev)
@@ -221,41 +208,28 @@ def _timed_physics(
     driven, reset and pushed needs more solver iterations per step than the same worlds replayed alone from one
     state with fixed controls, which settle and get cheap (measured on the flat quadruped at 256 worlds on CPU:
     2.8 vs 1.0 solver iterations, 3.2k vs 4.7k env-steps/s). The env step runs op by op (also where `step()`
-    replays a CUDA graph, inside which the physics cannot be timed apart); the device is synchronised around
-    every `sim.step()` so its time is its own. The share (physics time / block time) is 1 - the env's overhead.
+    replays a CUDA graph, inside which the physics cannot be timed apart), and the simulation's stopwatch
+    synchronises the device around every `sim.step()`, so its time is its own. The share (physics time / block
+    time) is 1 - the env's overhead.
     """
     sim = env.sim
-    step = sim.step
-    spent = [0.0, 0.0]
     actions = torch.empty(env.num_envs, env.num_actions, device=device)
-
-    def timed_step() -> None:
-        _sync(device)
-        start, cpu_start = time.perf_counter(), time.process_time()
-        step()
-        _sync(device)
-        spent[0] += time.perf_counter() - start
-        spent[1] += time.process_time() - cpu_start
-
-    def op_by_op_env_step() -> None:
-        actions.uniform_(-1.0, 1.0)
-        env._step(actions)
-
     times, cpu_times, shares = [], [], []
-    sim.step = timed_step  # instance attribute: the environment calls self.sim.step()
+    sim.stopwatch = stopwatch = Stopwatch(device)
     try:
         for _ in range(job.repeats):
             _barrier(device, world_size)
-            spent[0] = spent[1] = 0.0
+            stopwatch.reset()
             start = time.perf_counter()
             for _ in range(job.steps):
-                op_by_op_env_step()
+                actions.uniform_(-1.0, 1.0)
+                env.step_op_by_op(actions)
             _sync(device)
-            times.append(spent[0])
-            cpu_times.append(spent[1])
-            shares.append(spent[0] / (time.perf_counter() - start))
+            times.append(stopwatch.seconds)
+            cpu_times.append(stopwatch.cpu_seconds)
+            shares.append(stopwatch.seconds / (time.perf_counter() - start))
     finally:
-        del sim.step
+        sim.stopwatch = None
     return times, cpu_times, sum(shares) / len(shares)
 
 
@@ -282,95 +256,45 @@ def _timed_rollout(
 
 
 def _timed_training(job: BenchJob, runner, device: torch.device) -> list[dict[str, float]]:
-    """collect/update seconds of every timed iteration, with the update's time in collectives."""
-    acc = _Collectives()
-    cuda = device.type == "cuda"
-    alg = runner.alg
+    """collect/update seconds of every timed iteration, with the update's time in the gradient reducer."""
     # Untimed: the first iteration (optimizer state, caches) and, where the update's thread count is chosen by
     # measurement, every update until it has tried both counts (as `train` does in its first iterations).
     warmup = max(1, runner.update_threads.opening_updates)
+    reducer = runner.alg.reducer
+    if reducer is not None:
+        reducer.stopwatch = Stopwatch(device)
+    iterations: list[dict[str, float]] = []
+    marks = {"wall": time.perf_counter(), "cpu": time.process_time()}
 
-    def timed(fn: Callable, *args, **kwargs) -> tuple[Any, float]:
-        if cuda:  # nccl collectives are asynchronous: synchronise so their time is theirs
-            torch.cuda.synchronize(device)
-        start = time.perf_counter()
-        out = fn(*args, **kwargs)
-        if cuda:
-            torch.cuda.synchronize(device)
-        return out, time.perf_counter() - start
-
-    def grad_reduce(*args, **kwargs):
-        if not acc.in_update:
-            return original_reduce(*args, **kwargs)
-        acc.in_grad_reduce = True
-        try:
-            out, elapsed = timed(original_reduce, *args, **kwargs)
-        finally:
-            acc.in_grad_reduce = False
-        acc.grad_allreduce_s += elapsed
-        acc.collectives_s += elapsed
-        return out
-
-    def collective(fn: Callable) -> Callable:
-        def wrapped(*args, **kwargs):
-            if not acc.in_update or acc.in_grad_reduce:  # the gradient all-reduce is counted as a whole
-                return fn(*args, **kwargs)
-            out, elapsed = timed(fn, *args, **kwargs)
-            acc.collectives_s += elapsed
-            return out
-
-        return wrapped
-
-    def update(*args, **kwargs):
-        acc.in_update = True
-        try:
-            return original_update(*args, **kwargs)
-        finally:
-            acc.in_update = False
-
-    def record(*args, **kwargs):
-        rec = original_record(*args, **kwargs)
-        now, wall = time.process_time(), time.perf_counter()
-        acc.per_iteration.append(
+    def record(rec: dict[str, Any]) -> None:
+        wall, cpu = time.perf_counter(), time.process_time()
+        iterations.append(
             {
                 # from the previous iteration's record to this one's: everything an iteration costs in `train`
                 # (collection, update, statistics, the stop agreement, logging), wall-clock and CPU time
-                "wall_s": wall - acc.wall_mark,
-                "cpu_s": now - acc.cpu_mark,
+                "wall_s": wall - marks["wall"],
+                "cpu_s": cpu - marks["cpu"],
                 "collect_s": float(rec["collect_time"]),
                 "update_s": float(rec["learn_time"]),
-                "grad_allreduce_s": acc.grad_allreduce_s,
-                "collectives_s": acc.collectives_s,
+                "grad_allreduce_s": reducer.stopwatch.seconds if reducer is not None else 0.0,
                 # torch threads of this iteration's update (on CPU chosen by measurement; see UpdateThreads)
                 "update_threads": int(rec.get("Perf/update_threads", torch.get_num_threads())),
             }
         )
-        acc.grad_allreduce_s = acc.collectives_s = 0.0
-        acc.cpu_mark, acc.wall_mark = now, wall
-        return rec
+        if reducer is not None:
+            reducer.stopwatch.reset()
+        marks["wall"], marks["cpu"] = wall, cpu
 
-    original_update, original_record = alg.update, runner._record
-    original_reduce = alg.reduce_parameters
-    saved = {name: getattr(dist, name) for name in ("all_reduce", "broadcast")}
-    alg.update, runner._record = update, record
-    # rsl_rl looks these up at call time, so instance/module attributes are enough; the runner is unchanged.
-    alg.reduce_parameters = grad_reduce
-    for name, fn in saved.items():
-        setattr(dist, name, collective(fn))
+    runner.alg.storage.clear()
+    runner.on_iteration = record
     try:
-        storage = alg.storage
-        storage.clear()
-        acc.cpu_mark, acc.wall_mark = time.process_time(), time.perf_counter()
         with contextlib.redirect_stdout(io.StringIO()):  # the runner's per-iteration lines
             runner.learn(warmup + job.iterations, init_at_random_ep_len=job.agent.init_at_random_ep_len)
     finally:
-        for name, fn in saved.items():
-            setattr(dist, name, fn)
-        alg.update, alg.reduce_parameters = original_update, original_reduce
-        runner._record = original_record
-    # collectives_s = the gradient all-reduce (which also carries the adaptive schedule's KL, see FleetPPO) plus
-    # the other collectives of the update (normaliser statistics).
-    return acc.per_iteration[warmup:]
+        runner.on_iteration = None
+        if reducer is not None:
+            reducer.stopwatch = None
+    return iterations[warmup:]
 
 
 # ------------------------------------------------------------------------------------------- helpers

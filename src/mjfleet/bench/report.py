@@ -140,15 +140,14 @@ def _summarize_training(
     if physics:
         out["vs_physics"] = out["env_steps_per_s"] / physics
     if workers > 1:
+        out["gradient_reducer"] = per_rank[0].get("gradient_reducer")
         out["grad_allreduce_share_of_update"] = _share(iterations, "grad_allreduce_s", ("update_s",))
         out["grad_allreduce_share_of_iteration"] = _share(
             iterations, "grad_allreduce_s", ("collect_s", "update_s")
         )
-        out["collectives_share_of_update"] = _share(iterations, "collectives_s", ("update_s",))
     else:
         out["grad_allreduce_share_of_update"] = None
         out["grad_allreduce_share_of_iteration"] = None
-        out["collectives_share_of_update"] = None
     return out
 
 

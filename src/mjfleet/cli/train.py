@@ -240,6 +240,8 @@ def train_worker(job: TrainJob) -> dict[str, Any]:
                     f"checkpoint {job.resume_from} does not fit this task's policy: {first}"
                 ) from None
         start_iteration, start_env_steps = runner.current_learning_iteration, runner.env_steps
+        if ctx.is_main and runner.reducer_name is not None:
+            print(f"gradients averaged after every minibatch by {runner.reducer_name}", flush=True)
         if ctx.is_main:
             job.run_dir.create()
             job.run_dir.write_params(
@@ -250,6 +252,7 @@ def train_worker(job: TrainJob) -> dict[str, Any]:
                     "world_size": ctx.world_size,
                     "devices": list(job.plan.devices),
                     "hosts": list(job.plan.hosts),
+                    "gradient_reducer": runner.reducer_name,
                     "seed": job.agent.seed,
                     "resumed_from": job.resume_from,
                     "start_iteration": start_iteration,

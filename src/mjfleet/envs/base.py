@@ -167,9 +167,9 @@ class MujocoVecEnv(VecEnv):
         """
         if self._step_graph_pending:
             self._step_graph_pending = False
-            self._step_graph = try_capture(self._step, actions, f"{type(self).__name__}.step")
+            self._step_graph = try_capture(self.step_op_by_op, actions, f"{type(self).__name__}.step")
         if self._step_graph is None:
-            result = self._step(actions)
+            result = self.step_op_by_op(actions)
             self._step_graph_pending, self._capture_after_this_step = self._capture_after_this_step, False
             return result
         obs, rewards, dones, extras = self._step_graph(actions)
@@ -191,7 +191,7 @@ class MujocoVecEnv(VecEnv):
         """Whether `step()` replays one captured CUDA graph (physics and torch code together)."""
         return self._step_graph is not None
 
-    def _step(self, actions: torch.Tensor) -> tuple[TensorDict, torch.Tensor, torch.Tensor, dict]:
+    def step_op_by_op(self, actions: torch.Tensor) -> tuple[TensorDict, torch.Tensor, torch.Tensor, dict]:
         """The step itself, op by op (what the CUDA graph records). No host synchronisation may happen here."""
         clip = self.cfg.clip_actions
         torch.clamp(actions, -clip, clip, out=self.actions)

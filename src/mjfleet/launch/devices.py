@@ -132,21 +132,12 @@ class WorkerPlan:
                 threads += f", the update up to {self.update_threads}"
             if self.in_process:
                 return f"CPU, 1 worker ({threads})"
-            return (
-                f"{workers.replace('worker', 'CPU worker')} ({self._cpu_transport()}, {threads} each){where}"
-            )
+            return f"{workers.replace('worker', 'CPU worker')} (gloo, {threads} each){where}"
         gpus = ", ".join(str(g) for g in self.gpu_ids)
         if self.in_process:
             return f"GPU {gpus} ({self.devices[0]}), 1 worker"
         per_host = " on each host" if len(self.hosts) > 1 else ""
         return f"GPU{'s' if len(self.gpu_ids) > 1 else ''} {gpus}{per_host}, {workers} (nccl){where}"
-
-    def _cpu_transport(self) -> str:
-        from mjfleet.rl.shm_reduce import MAX_WORKERS, SharedMemoryReduce
-
-        if len(self.hosts) == 1 and self.world_size <= MAX_WORKERS and SharedMemoryReduce.supported_here():
-            return "gloo, gradients through shared memory"
-        return "gloo"
 
     def _where(self) -> str:
         if self.hosts == ("localhost",):

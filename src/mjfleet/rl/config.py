@@ -44,17 +44,21 @@ class PPOConfig:
     entropy_coef: float = 0.005
     max_grad_norm: float = 1.0
     use_clipped_value_loss: bool = True
+    gradient_reducer: Literal["auto", "all-reduce", "all-gather", "shared-memory", "none"] = "auto"
+    """Several workers: how gradients are averaged after every minibatch (mjfleet.rl.reduce). auto: all-reduce on
+    GPUs, shared memory between CPU workers of one host, else all-gather (gloo, <= 4 workers) or all-reduce.
+    none: no averaging, the workers train apart (experiments only)."""
+    fast_update: bool = True
+    """MLP networks: compute rollout actions and each minibatch's loss and gradients layer by layer instead of
+    through module calls and autograd (mjfleet.rl.fast: the same mathematics, about a fifth of the operations);
+    other networks always run the reference update."""
     capture_update: bool = True
-    """On CUDA: record one minibatch's loss and gradients as a CUDA graph and replay it for every minibatch
-    (same minibatches and optimizer; far fewer kernel launches)."""
+    """On CUDA, with the fast update: record one minibatch's gradients as a CUDA graph and replay it for every
+    minibatch (same minibatches and optimizer; far fewer kernel launches)."""
     tf32: bool = True
     """On CUDA: the update's float32 matrix products on TensorFloat-32 tensor cores (inputs rounded to a 10-bit
     mantissa, float32 sums), as mjlab's train does; `--agent.algorithm.no-tf32` keeps IEEE float32. Rollouts
     and environments always use IEEE float32; no effect on a CPU."""
-    analytic_gradients: bool = True
-    """MLP networks: compute rollout actions and the update's loss and gradients (also inside the CUDA graph)
-    layer by layer instead of through module calls and autograd (same mathematics, about a fifth of the
-    operations); other network types keep rsl_rl's code."""
 
 
 @dataclass
@@ -92,7 +96,7 @@ class AgentConfig:
             "seed": self.seed,
             "obs_groups": {"actor": ["actor"], "critic": ["critic"]},
             "check_for_nan": False,  # environments reset diverged worlds themselves
-            # rsl_rl's PPO with one collective per minibatch (see mjfleet.rl.ppo); same mathematics.
+            # rsl_rl's PPO with one collective per minibatch (mjfleet.rl.ppo); the same mathematics.
             "algorithm": {"class_name": "mjfleet.rl.ppo:FleetPPO", **algorithm},
             "actor": {
                 "class_name": "MLPModel",

@@ -16,7 +16,6 @@ class GaussianDistribution(_RslGaussian):
     """
 
     def sample(self) -> torch.Tensor:
-        dist = self._distribution
-        assert dist is not None, "update() sets the distribution before sampling"
         with torch.no_grad():
-            return torch.addcmul(dist.loc, dist.scale, torch.randn_like(dist.loc))
+            mean = self.mean
+            return torch.addcmul(mean, self.std, torch.randn_like(mean))

@@ -1,4 +1,4 @@
-"""mjfleet's rsl_rl OnPolicyRunner: backend-agnostic multi-process, on-device statistics, rank-0 outputs."""
+"""mjfleet's training loop: rsl_rl's algorithm and models, any backend, on-device statistics, rank-0 outputs."""
 
 from __future__ import annotations
 
@@ -6,14 +6,15 @@ import dataclasses
 import os
 import pathlib
 import time
+from collections.abc import Callable
 from typing import Any
 
 import torch
 import torch.distributed as dist
-from rsl_rl.runners import OnPolicyRunner
 
 from mjfleet.rl.config import AgentConfig
 from mjfleet.rl.episode_stats import EpisodeStats
+from mjfleet.rl.ppo import FleetPPO
 from mjfleet.rl.stop import StopRequest
 from mjfleet.rl.update_threads import UpdateThreads
 from mjfleet.runs.checkpoints import Retention
@@ -22,20 +23,22 @@ from mjfleet.runs.metrics import MetricsWriter
 from mjfleet.runs.run_dir import RunDir, to_plain
 
 
-class FleetRunner(OnPolicyRunner):
-    """rsl_rl's on-policy runner, with the parts mjfleet needs changed.
+class FleetRunner:
+    """Trains an rsl_rl-style PPO (`FleetPPO`) on one vectorised environment, as one of one or many workers.
 
-    - Multi-process training on any backend: the process group (nccl on GPUs, gloo on CPU) is created by the
-      launcher or here; parameters are broadcast from rank 0 at start and gradients are averaged after every
-      minibatch (rsl_rl's PPO does both once `multi_gpu` is configured).
-    - Episode statistics are reduced on device and read once per iteration (rsl_rl's logger reads them every
-      step); throughput and step counts are global.
+    It builds rsl_rl's models, storage and algorithm from the agent config (`PPO.construct_algorithm`) and runs the
+    loop rsl_rl's `OnPolicyRunner` runs, with what a fleet needs:
+
+    - Multi-process training on any backend: the process group (nccl on GPUs, gloo on CPU) comes from the launcher
+      (or is created here from RANK/WORLD_SIZE); parameters are broadcast from rank 0 at the start and gradients
+      are averaged after every minibatch by the algorithm's reducer (`mjfleet.rl.reduce`).
+    - Episode statistics are reduced on device and read once per iteration; throughput and counts are global.
     - Only rank 0 writes: metrics.jsonl, TensorBoard/wandb, checkpoints (atomic; plain state dicts).
     - Checkpoints every `save_interval` iterations, at every `retention.keep_every` milestone and at the end;
       older ones are pruned by `retention`. Each holds every rank's torch RNG state, so a resumed run continues
       each rank's random stream.
-    - A `StopRequest` (SIGINT/SIGTERM) is checked once per iteration; all ranks agree on it with one tiny
-      all_reduce, so they stop after the same iteration, save, and `learn` returns with `interrupted` set.
+    - A `StopRequest` (SIGINT/SIGTERM) is checked once per iteration; all ranks agree on it with one tiny sum, so
+      they stop after the same iteration, save, and `learn` returns with `interrupted` set.
     - On CPU with `update_threads` > the torch threads the worker collects with, each PPO update runs on either
       count, whichever measures faster (`mjfleet.rl.update_threads`).
     """
@@ -49,25 +52,43 @@ class FleetRunner(OnPolicyRunner):
         *,
         extra_checkpoint_info: dict[str, Any] | None = None,
         log_format: str = "block",
-        average_gradients: bool = True,
         retention: Retention | None = None,
         stop: StopRequest | None = None,
         export_on_save: bool = False,
         upload_checkpoints: bool = False,
         update_threads: int = 1,
+        on_iteration: Callable[[dict[str, Any]], None] | None = None,
     ) -> None:
+        self.env = env
+        self.on_iteration = on_iteration
+        """Called with every iteration's record, on every rank (`bench` reads its timings there)."""
         self.agent_cfg = agent_cfg
         self.run_dir = run_dir
+        self.device = str(device)
         self.log_format = log_format
         self.retention = retention
         self.stop = stop
         self.export_on_save = export_on_save
         self.upload_checkpoints = upload_checkpoints
-        self._checkpoint_info = extra_checkpoint_info or {}
-        super().__init__(env, agent_cfg.to_rsl_rl(), log_dir=None, device=str(device))
-        self.rank = self.gpu_global_rank
-        self.world_size = self.gpu_world_size
+        self.cfg = agent_cfg.to_rsl_rl()
+        self.world_size = int(os.getenv("WORLD_SIZE", "1"))
+        self.is_distributed = self.world_size > 1
+        self.rank = int(os.getenv("RANK", "0")) if self.is_distributed else 0
         self.is_main = self.rank == 0
+        self.cfg["multi_gpu"] = None
+        if self.is_distributed:
+            if not dist.is_initialized():
+                backend = "nccl" if torch.device(self.device).type == "cuda" else "gloo"
+                dist.init_process_group(backend=backend, rank=self.rank, world_size=self.world_size)
+            local_rank = int(os.getenv("LOCAL_RANK", "0"))
+            self.cfg["multi_gpu"] = {
+                "global_rank": self.rank,
+                "local_rank": local_rank,
+                "world_size": self.world_size,
+            }
+        obs = env.get_observations()
+        self.alg: FleetPPO = FleetPPO.construct_algorithm(obs, env, self.cfg, self.device)  # type: ignore[assignment]
+        self.current_learning_iteration = 0
         self.env_steps = 0
         self.metrics: MetricsWriter | None = None
         self.last_record: dict[str, Any] = {}
@@ -76,12 +97,12 @@ class FleetRunner(OnPolicyRunner):
         self.interrupted: int | None = None
         """The signal that stopped the last `learn` early (agreed by all ranks), else None."""
         self._saved_iteration: int | None = None
-        obs = env.get_observations()
-        self._checkpoint_info.setdefault("observations", {k: int(v.shape[-1]) for k, v in obs.items()})
-        self._checkpoint_info.setdefault("num_actions", int(env.num_actions))
-        self._checkpoint_info.setdefault("step_dt", float(getattr(env, "step_dt", 0.0)) or None)
-        if not average_gradients:  # for experiments and tests only: workers then drift apart
-            self.alg.reduce_parameters = lambda extra=None: extra
+        self._checkpoint_info = {
+            "observations": {k: int(v.shape[-1]) for k, v in obs.items()},
+            "num_actions": int(env.num_actions),
+            "step_dt": float(getattr(env, "step_dt", 0.0)) or None,
+            **(extra_checkpoint_info or {}),
+        }
         on_cpu = torch.device(self.device).type == "cpu"
         self.update_threads = UpdateThreads.for_update(
             available=update_threads if on_cpu else 1,
@@ -90,26 +111,15 @@ class FleetRunner(OnPolicyRunner):
             base=torch.get_num_threads(),
         )
 
-    # ------------------------------------------------------------------ setup
-    def _configure_multi_gpu(self) -> None:
-        """Like rsl_rl's, but any backend and any device: the launcher has usually created the group already."""
-        self.gpu_world_size = int(os.getenv("WORLD_SIZE", "1"))
-        self.is_distributed = self.gpu_world_size > 1
-        self.gpu_global_rank = int(os.getenv("RANK", "0")) if self.is_distributed else 0
-        self.gpu_local_rank = int(os.getenv("LOCAL_RANK", "0")) if self.is_distributed else 0
-        if not self.is_distributed:
-            self.cfg["multi_gpu"] = None
-            return
-        if not dist.is_initialized():
-            backend = "nccl" if torch.device(self.device).type == "cuda" else "gloo"
-            dist.init_process_group(
-                backend=backend, rank=self.gpu_global_rank, world_size=self.gpu_world_size
-            )
-        self.cfg["multi_gpu"] = {
-            "global_rank": self.gpu_global_rank,
-            "local_rank": self.gpu_local_rank,
-            "world_size": self.gpu_world_size,
-        }
+    def get_inference_policy(self):
+        """The policy in eval mode: called on observations it returns the distribution's mean (rsl_rl's name)."""
+        self.alg.eval_mode()
+        return self.alg.get_policy()
+
+    @property
+    def reducer_name(self) -> str | None:
+        """How gradients are averaged across workers (None: one worker)."""
+        return self.alg.reducer.name if self.alg.reducer is not None else None
 
     # --------------------------------------------------------------- training
     def learn(self, num_learning_iterations: int, init_at_random_ep_len: bool = False) -> dict[str, Any]:
@@ -174,6 +184,8 @@ class FleetRunner(OnPolicyRunner):
                 self.check_consistency()
             record = self._record(it, episode, losses, t1 - t0, t2 - t1, steps_per_iteration)
             self.last_record = record
+            if self.on_iteration is not None:
+                self.on_iteration(record)
             if self.is_main:
                 done = it + 1 - start_it
                 eta = (time.perf_counter() - train_start) / done * (total_it - it - 1)

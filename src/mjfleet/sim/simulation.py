@@ -10,6 +10,8 @@ import mujoco_warp as mjw
 import torch
 import warp as wp
 
+from mjfleet.timing import Stopwatch
+
 log = logging.getLogger(__name__)
 
 # Data fields that almost every environment reads; views for other fields are made on first use and cached.
@@ -84,6 +86,7 @@ class Simulation:
         self.substeps = substeps
         self.wp_device = wp.get_device(device)
         self.device = torch.device(str(self.wp_device))
+        self.stopwatch: Stopwatch | None = None
 
         if nconmax is None and njmax is None and needs_no_constraint_buffers(mj_model):
             nconmax = njmax = (
@@ -172,8 +175,12 @@ class Simulation:
 
     # ------------------------------------------------------------ operations
     def step(self) -> None:
-        """Advance every world by `substeps` physics steps."""
-        self._launch("step")
+        """Advance every world by `substeps` physics steps (timed by `stopwatch` when one is set: `bench`)."""
+        if self.stopwatch is None:
+            self._launch("step")
+            return
+        with self.stopwatch:
+            self._launch("step")
 
     def forward(self) -> None:
         """Recompute derived quantities (kinematics, sensors, ...) from qpos/qvel without advancing time."""

@@ -1,0 +1,230 @@
+"""Where gradients are averaged across workers: one reducer per run, chosen once, called after every minibatch.
+
+A reducer sums one flat float buffer over every worker, in place. `FleetPPO.apply_gradients` hands it the
+minibatch's gradients with the minibatch's mean KL in one extra slot, so one collective per minibatch keeps the
+ranks' parameters and adaptive learning rates identical. The runner's two small per-iteration exchanges (episode
+statistics and the agreed stop signal) go through the same reducer's `sum`.
+
+The strategies, and when `choose_reducer` picks them (`--agent.algorithm.gradient-reducer` overrides "auto"):
+
+- `all-reduce`: `torch.distributed.all_reduce`. Always on nccl (GPUs); also several hosts with many workers.
+- `all-gather`: every rank gathers every buffer and sums them locally in rank order. On gloo with a few workers
+  it costs one round of messages where gloo's ring all-reduce needs several (docs/benchmarks.md).
+- `shared-memory`: CPU workers that share one x86 Linux host copy their buffers into slots of one /dev/shm
+  mapping and sum the slots in rank order; no messages at all.
+- `none`: no averaging; the ranks train apart (for experiments, and tests showing that averaging matters).
+
+Every strategy sums in a fixed order, or through the collective itself, so all ranks get identical bits.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pathlib
+import platform
+import shutil
+import time
+import uuid
+
+import torch
+import torch.distributed as dist
+
+from mjfleet.errors import UsageError
+from mjfleet.timing import Stopwatch
+
+REDUCERS = ("auto", "all-reduce", "all-gather", "shared-memory", "none")
+ALL_GATHER_MAX_WORKERS = 4
+"""Beyond this many gloo workers one all-gather moves more data than the ring all-reduce saves in rounds."""
+SHARED_MEMORY_MAX_WORKERS = 16
+"""Beyond this many ranks every rank summing every slot reads too much memory."""
+
+
+class Reducer:
+    """Sums a tensor across all workers in place; `average` also divides by the world size."""
+
+    name = ""
+
+    def __init__(self, world_size: int) -> None:
+        self.world_size = world_size
+        self.stopwatch: Stopwatch | None = None
+        """Set by `bench`: times every `average`, including the wait for the slowest worker."""
+
+    def sum(self, values: torch.Tensor) -> None:
+        """`values` <- its sum over all workers (every worker calls this with a tensor of the same shape)."""
+        dist.all_reduce(values, op=dist.ReduceOp.SUM)
+
+    def average(self, flat: torch.Tensor) -> None:
+        """`flat` <- its mean over all workers: the minibatch's gradients and KL."""
+        with self.stopwatch or contextlib.nullcontext():
+            self.sum(flat)
+            flat /= self.world_size
+
+
+class AllReduce(Reducer):
+    name = "all-reduce"
+
+
+class AllGather(Reducer):
+    """All-gather every rank's buffer, then add them in rank order on each rank."""
+
+    name = "all-gather"
+
+    def __init__(self, world_size: int) -> None:
+        super().__init__(world_size)
+        self._gathered: torch.Tensor | None = None
+
+    def sum(self, values: torch.Tensor) -> None:
+        flat = values.view(-1)
+        n = flat.numel()
+        if self._gathered is None or self._gathered.numel() < self.world_size * n:
+            self._gathered = flat.new_empty(self.world_size * n)
+        gathered = self._gathered[: self.world_size * n]
+        dist.all_gather_into_tensor(gathered, flat)
+        torch.sum(gathered.view(self.world_size, n), dim=0, out=flat)
+
+
+class NoReduce(Reducer):
+    name = "none"
+
+    def sum(self, values: torch.Tensor) -> None:
+        dist.all_reduce(values, op=dist.ReduceOp.SUM)  # statistics and the stop signal stay global
+
+    def average(self, flat: torch.Tensor) -> None:
+        pass  # each rank keeps its own gradients and KL
+
+
+class SharedMemory(Reducer):
+    """Sums through one shared mapping in /dev/shm: each rank copies its buffer into its slot, publishes the
+    round number in its flag, waits until every rank has published, and adds the slots in rank order.
+
+    The slots alternate between two banks: a rank can be at most one round ahead of the slowest (it waits for
+    every flag at the end of each round), so it never overwrites a slot another rank still reads. The flag is
+    written after the slot and read before the slots; x86's total store order makes that handshake safe without
+    fences, which is why other architectures are not offered this strategy.
+    """
+
+    name = "shared-memory"
+    FLAG_STRIDE = 8  # int64s: one 64-byte cache line per rank's flag
+    SPINS_BEFORE_YIELD = 200
+
+    def __init__(self, world_size: int, numel: int, dtype: torch.dtype, timeout_s: float = 600.0) -> None:
+        super().__init__(world_size)
+        self.numel, self.dtype, self.timeout_s = numel, dtype, timeout_s
+        self.rank = dist.get_rank()
+        flag_bytes = world_size * self.FLAG_STRIDE * 8
+        # Rank 0 names and sizes the file; every rank maps it; once all have, it is unlinked (the mappings stay),
+        # so nothing is left in /dev/shm however the run ends.
+        names = [f"/dev/shm/mjfleet-reduce-{uuid.uuid4().hex}" if self.rank == 0 else None]
+        dist.broadcast_object_list(names, src=0)
+        path = pathlib.Path(names[0])
+        size = mapping_bytes(world_size, numel, dtype)
+        if self.rank == 0:
+            with open(path, "wb") as f:
+                f.truncate(size)
+        dist.barrier()
+        raw = torch.from_file(str(path), shared=True, size=size, dtype=torch.uint8)
+        dist.barrier()
+        if self.rank == 0:
+            path.unlink()
+        pids: list[int | None] = [None] * world_size
+        dist.all_gather_object(pids, os.getpid())
+        self._peers = {rank: pid for rank, pid in enumerate(pids) if rank != self.rank}
+        self._flags = raw[:flag_bytes].view(torch.int64)[:: self.FLAG_STRIDE].numpy()
+        self._banks = raw[flag_bytes:].view(dtype).view(2, world_size, numel)
+        self._round = 0
+
+    @classmethod
+    def available(cls, numel: int, dtype: torch.dtype) -> bool:
+        """Collective: gloo with 2-16 ranks all on this x86 Linux host, with room in /dev/shm for the mapping
+        twice over (a full /dev/shm kills the workers with SIGBUS instead of failing cleanly)."""
+        world = dist.get_world_size()
+        if dist.get_backend() != "gloo" or not 1 < world <= SHARED_MEMORY_MAX_WORKERS:
+            return False
+        x86 = platform.machine().lower() in {"x86_64", "amd64", "i386", "i686"}
+        free = shutil.disk_usage("/dev/shm").free if x86 and os.path.isdir("/dev/shm") else 0
+        views: list[tuple[str, int] | None] = [None] * world
+        dist.all_gather_object(views, (platform.node(), free))  # every rank decides the same
+        hosts = {host for host, _ in views}  # type: ignore[misc]
+        return len(hosts) == 1 and min(f for _, f in views) >= 2 * mapping_bytes(world, numel, dtype)  # type: ignore[misc]
+
+    def sum(self, values: torch.Tensor) -> None:
+        if values.dtype != self.dtype or values.numel() > self.numel:
+            return super().sum(values)
+        self._round += 1
+        bank = self._banks[self._round & 1, :, : values.numel()]
+        bank[self.rank].copy_(values.view(-1))
+        self._flags[self.rank] = self._round  # after the slot: the other ranks read the slot only after this
+        self._wait_for(self._round)
+        torch.sum(bank, dim=0, out=values.view(-1))
+
+    def _wait_for(self, round_: int) -> None:
+        flags = self._flags
+        spins = 0
+        deadline = time.monotonic() + self.timeout_s
+        while flags.min() < round_:
+            spins += 1
+            if spins < self.SPINS_BEFORE_YIELD:
+                continue
+            os.sched_yield()  # another process may need this core (more workers than cores)
+            if spins % 10_000 == 0:
+                late = [r for r in range(self.world_size) if flags[r] < round_]
+                gone = [r for r in late if r in self._peers and not _alive(self._peers[r])]
+                if gone:  # gloo would see the connection drop; here the process has to be looked at
+                    raise RuntimeError(f"rank(s) {gone} exited before shared-memory reduction {round_}")
+                if time.monotonic() > deadline:
+                    raise RuntimeError(
+                        f"rank(s) {late} did not reach shared-memory reduction {round_} within {self.timeout_s:.0f} s"
+                    )
+
+
+def choose_reducer(name: str, flat: torch.Tensor) -> Reducer:
+    """The reducer for `flat` (the gradient buffer) in the current process group: `name`, or for "auto" the
+    cheapest strategy the backend and the workers' placement allow. Collective: every rank calls it."""
+    if name not in REDUCERS:
+        raise UsageError(f"--agent.algorithm.gradient-reducer {name!r}: choose one of {', '.join(REDUCERS)}")
+    world, backend = dist.get_world_size(), dist.get_backend()
+    if name == "none":
+        return NoReduce(world)
+    if backend == "nccl" and name not in ("auto", "all-reduce"):
+        raise UsageError(
+            f"--agent.algorithm.gradient-reducer {name}: GPU workers (nccl) average with all-reduce"
+        )
+    if name == "auto":
+        if (
+            backend == "gloo"
+            and flat.device.type == "cpu"
+            and SharedMemory.available(flat.numel(), flat.dtype)
+        ):
+            name = "shared-memory"
+        elif backend == "gloo" and world <= ALL_GATHER_MAX_WORKERS:
+            name = "all-gather"
+        else:
+            name = "all-reduce"
+    if name == "shared-memory":
+        if flat.device.type != "cpu" or not SharedMemory.available(flat.numel(), flat.dtype):
+            raise UsageError(
+                "--agent.algorithm.gradient-reducer shared-memory needs CPU workers on one x86 Linux host (gloo, 2-16 workers) "
+                "with room in /dev/shm"
+            )
+        return SharedMemory(world, flat.numel(), flat.dtype)
+    if name == "all-gather":
+        return AllGather(world)
+    return AllReduce(world)
+
+
+def mapping_bytes(world: int, numel: int, dtype: torch.dtype) -> int:
+    """Flags (one cache line per rank) and two banks of one slot per rank."""
+    element = torch.empty(0, dtype=dtype).element_size()
+    return world * SharedMemory.FLAG_STRIDE * 8 + 2 * world * numel * element
+
+
+def _alive(pid: int) -> bool:
+    """Whether process `pid` is running (not gone, not a zombie waiting for its parent)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return False
+    except OSError:
+        return True  # cannot tell: let the timeout decide
