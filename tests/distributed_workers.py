@@ -20,7 +20,13 @@ STEPS = 8
 
 
 def build_runner(
-    num_envs: int, seed: int, *, reducer: str = "auto", fast: bool = True, single_update: bool = False
+    num_envs: int,
+    seed: int,
+    *,
+    reducer: str = "auto",
+    fast: bool = True,
+    single_update: bool = False,
+    sync: int = 1,
 ):
     spec, cfg, agent = cartpole_configs(num_envs, STEPS)
     agent.consistency_check_interval = 1
@@ -28,7 +34,8 @@ def build_runner(
     agent.algorithm.fast_update = fast
     if single_update:  # one full-batch gradient step: comparable with one process holding all the data
         agent.algorithm.num_learning_epochs = 1
-        agent.algorithm.num_mini_batches = 1
+        agent.algorithm.num_mini_batches = sync  # with grad_sync_period = sync: the mean of all, one step
+        agent.algorithm.grad_sync_period = sync
         agent.algorithm.schedule = "fixed"
     torch.manual_seed(seed)
     wp.config.log_level = wp.LOG_WARNING
@@ -88,12 +95,14 @@ def rollout(runner: FleetRunner) -> None:
 STORAGE_FIELDS = ("actions", "rewards", "dones", "values", "actions_log_prob", "returns", "advantages")
 
 
-def averaged_update(plan, out_dir: str, reducer: str, fast: bool) -> dict:
+def averaged_update(plan, out_dir: str, reducer: str, fast: bool, sync: int = 1) -> dict:
     """Each rank: rollout, save its data and the initial parameters, do one PPO update with averaging through
-    `reducer`, by the fast engine or the reference."""
+    `reducer`, by the fast engine or the reference; with `sync` > 1, `sync` minibatches accumulated per step."""
     ctx = WorkerContext.from_env(plan)
     setup_worker(ctx, plan)
-    runner = build_runner(NUM_ENVS, seed_for(0, ctx), reducer=reducer, fast=fast, single_update=True)
+    runner = build_runner(
+        NUM_ENVS, seed_for(0, ctx), reducer=reducer, fast=fast, single_update=True, sync=sync
+    )
     assert (runner.alg.fast is not None) == fast
     runner.alg.broadcast_parameters()
     rollout(runner)
@@ -142,3 +151,20 @@ def shared_memory_rounds(plan, rounds: int) -> dict:
     results: list = [None] * dist.get_world_size()
     dist.all_gather_object(results, {"wrong": wrong, "timed_out": timed_out})
     return results
+
+
+def diverge_after_one_iteration(plan) -> dict:
+    """Train with a consistency check after every iteration (build_runner's interval: 1); after the first
+    iteration rank 1's policy is changed behind the averaging's back."""
+    ctx = WorkerContext.from_env(plan)
+    setup_worker(ctx, plan)
+    runner = build_runner(NUM_ENVS, seed_for(0, ctx))
+
+    def corrupt(record: dict) -> None:
+        if ctx.rank == 1 and record["iteration"] == 0:
+            with torch.no_grad():
+                next(runner.alg.actor.parameters()).add_(1e-3)
+
+    runner.on_iteration = corrupt
+    runner.learn(6)  # must stop at the first check after it
+    return {"iterations": runner.current_learning_iteration}

@@ -47,19 +47,21 @@ def test_without_gradient_averaging_the_ranks_drift_apart(plan):
 
 
 @pytest.mark.parametrize(
-    ("reducer", "update"),
+    ("reducer", "update", "sync"),
     [
-        ("shared-memory", "fast"),
-        ("all-gather", "fast"),
-        ("all-reduce", "fast"),
-        ("shared-memory", "reference"),
+        ("shared-memory", "fast", 1),
+        ("all-gather", "fast", 1),
+        ("all-reduce", "fast", 1),
+        ("shared-memory", "reference", 1),
+        ("all-reduce", "reference", 2),
     ],
 )
-def test_averaged_update_equals_one_process_update_on_both_ranks_data(plan, tmp_path, reducer, update):
-    """Every reducer, forced through its setting, and both update paths average to the one-process update."""
+def test_averaged_update_equals_one_process_update_on_both_ranks_data(plan, tmp_path, reducer, update, sync):
+    """Every reducer, forced through its setting, and both update paths average to the one-process update; so
+    do 2 minibatches per rank accumulated into one step (grad_sync_period 2): the mean of the same gradients."""
     import distributed_workers as w
 
-    run_workers(plan, w.averaged_update, plan, str(tmp_path), reducer, update == "fast", log_dir="")
+    run_workers(plan, w.averaged_update, plan, str(tmp_path), reducer, update == "fast", sync, log_dir="")
     ranks = [torch.load(tmp_path / f"rank{r}.pt", weights_only=False) for r in (0, 1)]
     assert [r["reducer"] for r in ranks] == [reducer, reducer]
     assert torch.equal(ranks[0]["final_actor"]["mlp.0.weight"], ranks[1]["final_actor"]["mlp.0.weight"])
@@ -82,6 +84,47 @@ def test_averaged_update_equals_one_process_update_on_both_ranks_data(plan, tmp_
         torch.testing.assert_close(value, ranks[0]["final_actor"][key], atol=2e-5, rtol=1e-4)
     # And the update really moved the parameters.
     assert not torch.equal(ranks[0]["final_actor"]["mlp.0.weight"], ranks[0]["initial_actor"]["mlp.0.weight"])
+
+
+def test_ranks_that_stop_agreeing_end_the_run_at_the_next_check_naming_them(plan):
+    import distributed_workers as w
+
+    from mjfleet.launch.launcher import WorkerFailed
+
+    with pytest.raises(WorkerFailed) as failed:
+        run_workers(plan, w.diverge_after_one_iteration, plan, log_dir="")
+    message = str(failed.value)
+    assert "\n" not in message
+    assert "differ between rank 0 and rank(s) [1] after iteration 2" in message  # the first check after it
+    assert _wait_for_no_children(timeout=30) == []  # no worker or agent left behind
+
+
+def _wait_for_no_children(timeout: float) -> list[int]:
+    """PIDs of this process's live descendants once they are gone or `timeout` passed."""
+
+    def descendants() -> list[int]:
+        parents = {}
+        for proc in pathlib.Path("/proc").iterdir():
+            if not proc.name.isdigit():
+                continue
+            try:
+                fields = (proc / "stat").read_text().rsplit(")", 1)[1].split()
+            except (OSError, IndexError):
+                continue
+            if fields[0] not in ("Z", "X"):
+                parents[int(proc.name)] = int(fields[1])
+        found, frontier = [], [os.getpid()]
+        while frontier:
+            parent = frontier.pop()
+            children = [pid for pid, ppid in parents.items() if ppid == parent]
+            found += children
+            frontier += children
+        return found
+
+    deadline = time.monotonic() + timeout
+    while (left := descendants()) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return left
 
 
 def test_shared_memory_sums_are_exact_in_every_round_and_a_missing_rank_times_out(plan):

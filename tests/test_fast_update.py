@@ -196,6 +196,30 @@ def test_the_rollouts_std_follows_every_update():
     torch.testing.assert_close(after, alg.actor.distribution.std_param.detach(), rtol=0.0, atol=0.0)
 
 
+def test_the_cuda_graphs_minibatches_are_rsl_rls_rows_and_fields():
+    """What the CUDA graph replays (runs only on a GPU) is fed on any device: the same permutation draw and the
+    same rows of every field as rsl_rl's feed-forward generator."""
+    from mjfleet.rl.fast import minibatch_indices
+    from mjfleet.rl.fast.cuda_graph import minibatch, rollout_fields
+
+    runner = _rollout_runner()
+    alg = runner.alg
+    torch.manual_seed(21)
+    theirs = list(alg.storage.mini_batch_generator(alg.num_mini_batches, alg.num_learning_epochs))
+    torch.manual_seed(21)
+    fields = rollout_fields(alg.storage)
+    ours = [minibatch(fields, index) for index in minibatch_indices(alg)]
+    assert len(ours) == len(theirs) == alg.num_mini_batches * alg.num_learning_epochs
+    for a, b in zip(ours, theirs, strict=True):
+        for group in b.observations.keys():
+            assert torch.equal(a.observations[group], b.observations[group])
+        for name in ("actions", "values", "advantages", "returns", "old_actions_log_prob"):
+            assert torch.equal(getattr(a, name), getattr(b, name)), name
+        assert len(a.old_distribution_params) == len(b.old_distribution_params) == 2
+        for x, y in zip(a.old_distribution_params, b.old_distribution_params, strict=True):
+            assert torch.equal(x, y)
+
+
 @pytest.mark.parametrize("alpha", [1.0, 0.5])
 def test_elu_equals_torch_elu_within_float32_rounding(alpha):
     x = torch.cat(

@@ -108,8 +108,8 @@ def test_fleet_ppo_update_equals_rsl_rl_ppo_update_on_the_same_rollout(tmp_path,
     torch.manual_seed(7)
     theirs = reference.update()
 
-    assert ours.keys() == theirs.keys()
-    for key in ours:
+    assert ours.keys() == {*theirs.keys(), "total", "kl"}  # and the total loss and mean KL, logged
+    for key in theirs:
         assert ours[key] == pytest.approx(theirs[key], rel=1e-4, abs=1e-6)
     assert alg.learning_rate == reference.learning_rate
     assert not torch.equal(before["mlp.0.weight"], alg.get_policy().state_dict()["mlp.0.weight"])
@@ -139,3 +139,39 @@ def test_the_configured_optimizer_is_kept_with_its_settings(tmp_path, optimizer)
     before = [p.detach().clone() for p in runner.alg.actor.parameters()]
     runner.learn(1)
     assert any(not torch.equal(a, p) for a, p in zip(before, runner.alg.actor.parameters(), strict=True))
+
+
+def test_accumulating_the_minibatches_of_an_epoch_equals_one_full_batch_step():
+    """--agent.algorithm.grad-sync-period K: the mean of K minibatches' gradients, one optimizer step. With K = the
+    epoch's 4 minibatches (equal sizes, a mean loss) that is the full rollout's gradient: one 1-minibatch step."""
+    runs = []
+    for minibatches in (1, 4):
+        spec, env_cfg, agent = cartpole_configs(32, 8, episode_length_s=0.2)
+        agent.algorithm.num_learning_epochs = 1
+        agent.algorithm.num_mini_batches = agent.algorithm.grad_sync_period = minibatches
+        agent.algorithm.schedule = "fixed"
+        torch.manual_seed(agent.seed)
+        runner = FleetRunner(spec.make_env(env_cfg), agent, None, "cpu")
+        start = [p.detach().clone() for p in runner.alg.trained]
+        _collect(runner)
+        losses = runner.alg.update()
+        runs.append((start, [p.detach().clone() for p in runner.alg.trained], losses))
+    alg = runner.alg
+    (start, full, full_losses), (start_k, accumulated, losses) = runs
+    for a, b in zip(start, start_k, strict=True):
+        assert torch.equal(a, b)  # the same initial policy and rollout
+    assert any(not torch.equal(a, b) for a, b in zip(start, full, strict=True))
+    for a, b in zip(full, accumulated, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+    assert losses["value"] == pytest.approx(full_losses["value"], rel=1e-4)
+    total = losses["surrogate"] + alg.value_loss_coef * losses["value"] - alg.entropy_coef * losses["entropy"]
+    assert losses["total"] == pytest.approx(total, rel=1e-6) and "kl" not in losses  # fixed schedule: no KL
+
+
+def test_grad_sync_period_outside_one_to_the_minibatch_count_is_refused():
+    spec, env_cfg, agent = cartpole_configs()
+    env = spec.make_env(env_cfg)
+    for period in (0, agent.algorithm.num_mini_batches + 1):
+        agent.algorithm.grad_sync_period = period
+        with pytest.raises(ValueError, match="grad_sync_period"):
+            FleetRunner(env, agent, None, "cpu")

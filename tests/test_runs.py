@@ -480,3 +480,21 @@ def test_runs_started_in_the_same_second_reserve_two_directories(tmp_path):
     a.create()
     a.remove_if_empty()  # params/ is there: kept
     assert a.path.is_dir()
+
+
+def test_tensorboard_gets_rsl_rls_throughput_tag_beside_mjfleets_and_metrics_jsonl_only_mjfleets(tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from mjfleet.runs.metrics import MetricsWriter
+
+    writer = MetricsWriter(tmp_path, "tensorboard")
+    writer.write({"iteration": 3, "env_steps_per_s": 1234.5, "Loss/kl": 0.01})
+    writer.close()
+    events = EventAccumulator(str(tmp_path))
+    events.Reload()
+    tags = events.Tags()["scalars"]
+    assert {"Train/env_steps_per_s", "Perf/total_fps", "Loss/kl"} <= set(tags)
+    (fps,) = events.Scalars("Perf/total_fps")
+    assert (fps.step, fps.value) == (3, 1234.5)
+    (line,) = (tmp_path / "metrics.jsonl").read_text().splitlines()
+    assert "Perf/total_fps" not in json.loads(line)

@@ -149,6 +149,11 @@ def resolve(task_name: str, flags: Any) -> TrainJob:
         raise UsageError(
             f"--agent.algorithm.num-mini-batches must be in [1, num_envs x num_steps_per_env = {batch}]"
         )
+    if not 1 <= agent.algorithm.grad_sync_period <= agent.algorithm.num_mini_batches:
+        raise UsageError(
+            f"--agent.algorithm.grad-sync-period must be in [1, num-mini-batches = "
+            f"{agent.algorithm.num_mini_batches}], got {agent.algorithm.grad_sync_period}"
+        )
     retention = Retention(flags.keep_last, flags.keep_every)
     if agent.logger == "wandb" and importlib.util.find_spec("wandb") is None:
         raise UsageError("--logger wandb needs the optional wandb package: `uv sync --extra wandb`")

@@ -48,6 +48,10 @@ class PPOConfig:
     """Several workers: how gradients are averaged after every minibatch (mjfleet.rl.reduce). auto: all-reduce on
     GPUs, shared memory between CPU workers of one host, else all-gather (gloo, <= 4 workers) or all-reduce.
     none: no averaging, the workers train apart (experiments only)."""
+    grad_sync_period: int = 1
+    """Several workers: each accumulates this many minibatches' gradients (their mean), then one averaged
+    collective and one optimizer step (1: after every minibatch). At most num_mini_batches; an epoch's last
+    group may be shorter."""
     fast_update: bool = True
     """MLP networks: compute rollout actions and each minibatch's loss and gradients layer by layer instead of
     through module calls and autograd (mjfleet.rl.fast: the same mathematics, about a fifth of the operations);

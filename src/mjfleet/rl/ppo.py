@@ -29,7 +29,8 @@ log = logging.getLogger(__name__)
 class FleetPPO(PPO):
     """rsl_rl's PPO whose gradients and KL are averaged across workers by one reducer call per minibatch.
 
-    Extra settings: `gradient_reducer` (see mjfleet.rl.reduce), `fast_update` (use mjfleet.rl.fast where it
+    Extra settings: `gradient_reducer` (see mjfleet.rl.reduce), `grad_sync_period` (average and step after every
+    K minibatches, their gradients accumulated: one collective per K), `fast_update` (use mjfleet.rl.fast where it
     applies), `capture_update` (on CUDA, replay each minibatch as a CUDA graph) and `tf32` (on CUDA, the update's
     float32 matrix products on TensorFloat-32 tensor cores, as mjlab trains). Not supported: rsl_rl's RND and
     symmetry extensions.
@@ -42,6 +43,7 @@ class FleetPPO(PPO):
         storage,
         *,
         gradient_reducer: str = "auto",
+        grad_sync_period: int = 1,
         fast_update: bool = True,
         capture_update: bool = True,
         tf32: bool = True,
@@ -50,6 +52,9 @@ class FleetPPO(PPO):
         if kwargs.get("rnd_cfg") or kwargs.get("symmetry_cfg"):
             raise ValueError("mjfleet's PPO supports neither rsl_rl's RND nor its symmetry augmentation")
         super().__init__(actor, critic, storage, **kwargs)
+        if not 1 <= grad_sync_period <= self.num_mini_batches:
+            raise ValueError(f"grad_sync_period must be in [1, num_mini_batches], got {grad_sync_period}")
+        self.grad_sync_period = grad_sync_period
         self.tf32 = tf32
         if type(self.optimizer) is torch.optim.Adam:  # not a subclass: AdamW decays weights differently
             # torch's fused kernel: one kernel per step for all parameters instead of several per tensor
@@ -64,6 +69,8 @@ class FleetPPO(PPO):
         self.flat_grad = torch.zeros(sum(sizes) + 1, device=self.device)
         for p, g in zip(self.trained, self.flat_grad[:-1].split(sizes), strict=True):
             p.grad = g.view_as(p)
+        self._gradient_sum = torch.zeros_like(self.flat_grad)  # grad_sync_period > 1: the group's running sum
+        self._grouped = 0
         self.reducer: Reducer | None = None
         if self.is_multi_gpu:
             self.reducer = choose_reducer(gradient_reducer, self.flat_grad)
@@ -101,8 +108,8 @@ class FleetPPO(PPO):
 
     # ------------------------------------------------------------------ update
     def update(self) -> dict[str, float]:
-        """The optimisation epochs over the stored rollout; returns the mean losses."""
-        loss_sums = torch.zeros(3, device=self.device)  # surrogate, value, entropy: read once, at the end
+        """The optimisation epochs over the stored rollout; returns the mean losses (and the mean KL)."""
+        sums = torch.zeros(4, device=self.device)  # surrogate, value, entropy, KL: read once, at the end
         count = 0
         with self.update_precision():  # around the recording of a minibatch graph too: it keeps its kernels
             if self.fast is not None:
@@ -116,16 +123,42 @@ class FleetPPO(PPO):
                     self._decline(exc)
                     gradients = self.minibatch_gradients
                     terms, kl = gradients(batch)
-                self.apply_gradients(kl)
-                loss_sums += terms
+                sums[:3] += terms
+                if kl is not None:
+                    sums[3] += kl
                 count += 1
+                if self.grad_sync_period > 1:
+                    ready, kl = self._accumulate(kl, end_of_epoch=count % self.num_mini_batches == 0)
+                    if not ready:
+                        continue
+                self.apply_gradients(kl)
         obs = self.storage.observations.flatten(0, 1)
         self.actor.update_normalization(obs)
         self.critic.update_normalization(obs)
         self.storage.clear()
         self.policy_changed()
-        surrogate, value, entropy = (loss_sums / max(count, 1)).tolist()
-        return {"value": value, "surrogate": surrogate, "entropy": entropy}
+        surrogate, value, entropy, kl = (sums / max(count, 1)).tolist()
+        losses = {"value": value, "surrogate": surrogate, "entropy": entropy}
+        losses["total"] = surrogate + self.value_loss_coef * value - self.entropy_coef * entropy
+        if self.desired_kl is not None and self.schedule == "adaptive":
+            losses["kl"] = kl
+        return losses
+
+    def _accumulate(self, kl: torch.Tensor | None, end_of_epoch: bool) -> tuple[bool, torch.Tensor | None]:
+        """Add this minibatch's gradients (and KL) to the running sum of its group of `grad_sync_period`
+        minibatches. At the group's end (or the epoch's) their mean goes into the gradient buffer: (True, mean
+        KL); before it: (False, None)."""
+        total = self._gradient_sum
+        total[:-1] += self.flat_grad[:-1]
+        if kl is not None:
+            total[-1:] += kl.reshape(1)
+        self._grouped += 1
+        if self._grouped < self.grad_sync_period and not end_of_epoch:
+            return False, None
+        torch.div(total, self._grouped, out=self.flat_grad)
+        total.zero_()
+        self._grouped = 0
+        return True, self.flat_grad[-1] if kl is not None else None
 
     def _minibatch_generator(self):
         if self.actor.is_recurrent or self.critic.is_recurrent:

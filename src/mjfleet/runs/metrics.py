@@ -7,6 +7,10 @@ import math
 import pathlib
 from typing import Any
 
+RSL_RL_TAGS = {"env_steps_per_s": "Perf/total_fps"}
+"""Dashboard tags written under rsl_rl's name too, so that existing dashboards overlay (same meaning; metrics.jsonl
+keeps mjfleet's keys only)."""
+
 
 class MetricsWriter:
     """Appends one JSON object per iteration to metrics.jsonl and mirrors scalars to a dashboard."""
@@ -39,6 +43,7 @@ class MetricsWriter:
         self._file.write(json.dumps(clean) + "\n")
         step = int(record["iteration"])
         scalars = {k: v for k, v in record.items() if isinstance(v, (int, float)) and k != "iteration"}
+        scalars.update({tag: scalars[key] for key, tag in RSL_RL_TAGS.items() if key in scalars})
         if self._tb is not None:
             for key, value in scalars.items():
                 if math.isfinite(value):

@@ -23,6 +23,14 @@ from mjfleet.rl.fast.mlp import MlpGradients, Unsupported
 log = logging.getLogger(__name__)
 
 
+def minibatch_indices(alg) -> list[torch.Tensor]:
+    """The rows of each minibatch of an update, in order, as rsl_rl's feed-forward generator draws them: one
+    permutation, cut into `num_mini_batches` slices, the same slices every epoch."""
+    size = alg.mini_batch_size
+    permutation = torch.randperm(alg.num_mini_batches * size, device=alg.device)
+    return list(permutation.split(size)) * alg.num_learning_epochs
+
+
 class Declined(Exception):
     """The engine failed where it had not changed anything yet: run the reference instead."""
 
@@ -94,9 +102,7 @@ class FastUpdate:
 
         alg = self.alg
         size = alg.mini_batch_size
-        # rsl_rl's feed-forward generator: one permutation, the same slices every epoch
-        permutation = torch.randperm(alg.num_mini_batches * size, device=alg.device)
-        indices = list(permutation.split(size)) * alg.num_learning_epochs
+        indices = minibatch_indices(alg)
         key = (
             alg.clip_param,
             alg.value_loss_coef,

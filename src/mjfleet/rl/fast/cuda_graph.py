@@ -21,7 +21,7 @@ WARMUP_RUNS = 3
 """Runs on a side stream before recording (PyTorch's recipe: lazy initialisation happens outside the capture)."""
 
 
-def _fields(storage: RolloutStorage) -> dict[str, torch.Tensor]:
+def rollout_fields(storage: RolloutStorage) -> dict[str, torch.Tensor]:
     """The rollout's per-transition tensors, (steps x envs) flattened as rsl_rl's feed-forward generator does."""
     fields = {
         "observations": storage.observations,
@@ -35,6 +35,13 @@ def _fields(storage: RolloutStorage) -> dict[str, torch.Tensor]:
     return {name: t.flatten(0, 1) for name, t in fields.items()}
 
 
+def minibatch(fields: dict[str, torch.Tensor], index: torch.Tensor) -> RolloutStorage.Batch:
+    """The rows `index` of `rollout_fields` as rsl_rl's feed-forward generator yields them."""
+    rows = {name: t[index] for name, t in fields.items()}
+    params = tuple(rows.pop(name) for name in fields if name.startswith("old_distribution_"))
+    return RolloutStorage.Batch(**rows, old_distribution_params=params)
+
+
 class GraphedMinibatch:
     """`gradients(batch) -> (loss terms, kl)`, which writes the minibatch's gradients, as one CUDA graph."""
 
@@ -45,7 +52,7 @@ class GraphedMinibatch:
         gradients: Callable[[RolloutStorage.Batch], tuple[torch.Tensor, torch.Tensor | None]],
     ) -> None:
         device = storage.actions.device
-        self.fields = {name: t.clone() for name, t in _fields(storage).items()}
+        self.fields = {name: t.clone() for name, t in rollout_fields(storage).items()}
         self.index = torch.arange(mini_batch_size, device=device)
         self.terms = torch.zeros(3, device=device)
 
@@ -70,7 +77,7 @@ class GraphedMinibatch:
 
     def load(self, storage: RolloutStorage) -> None:
         """Copy this update's rollout into the graph's input buffers."""
-        for name, t in _fields(storage).items():
+        for name, t in rollout_fields(storage).items():
             self.fields[name].copy_(t)
 
     def run(self, indices: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
