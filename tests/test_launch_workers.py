@@ -78,11 +78,14 @@ def test_gpu_workers_see_their_selected_gpus_and_split_the_cores():
 # --- log directory --------------------------------------------------------------------------------------
 
 
-def test_the_log_dir_flag_wins_over_the_variable_which_wins_over_the_default(monkeypatch, tmp_path):
+def test_the_log_dir_variable_wins_over_the_flag_which_wins_over_the_default(monkeypatch, tmp_path):
     monkeypatch.setenv("TORCHRUNX_LOG_DIR", str(tmp_path / "env"))
+    assert worker_log_dir(tmp_path / "flag", tmp_path / "default") == tmp_path / "env"
+    assert worker_log_dir("", tmp_path / "default") == tmp_path / "env"
+    assert worker_log_dir(None, tmp_path / "default") == tmp_path / "env"
+    monkeypatch.delenv("TORCHRUNX_LOG_DIR")
     assert worker_log_dir(tmp_path / "flag", tmp_path / "default") == tmp_path / "flag"
     assert worker_log_dir("", tmp_path / "default") is None  # --torchrunx-log-dir "": no files
-    assert worker_log_dir(None, tmp_path / "default") == tmp_path / "env"
 
 
 def test_empty_torchrunx_log_dir_variable_disables_the_default_log_files(monkeypatch, tmp_path):

@@ -59,8 +59,7 @@ class BenchFlags:
     retune: bool = False
     """With --num-envs auto: measure again instead of using the cached count."""
     torchrunx_log_dir: str | None = None
-    """Worker log files (several workers only); wins over $TORCHRUNX_LOG_DIR. Default: $TORCHRUNX_LOG_DIR, else
-    none."""
+    """Worker log files (several workers only), unless $TORCHRUNX_LOG_DIR is set (it wins). Default: none."""
     quiet: bool = False
     """Only the final table (no progress lines)."""
 

@@ -52,7 +52,8 @@ class TrainFlags:
     num_envs: int | None = None
     """Environments per worker (alias of --env.num-envs). Default: the task's default for the device."""
     seed: int | None = None
-    """Base seed (alias of --agent.seed); worker k uses seed + k."""
+    """Base seed (alias of --agent.seed). Worker k uses seed + k, k the GLOBAL rank (deliberately: on several hosts
+    seed + local_rank would repeat the same seeds on every host)."""
     max_iterations: int | None = None
     """PPO iterations (alias of --agent.max-iterations)."""
     run_name: str | None = None
@@ -62,7 +63,7 @@ class TrainFlags:
     log_format: Literal["block", "compact"] = "block"
     """Console progress: a short block per iteration, or one line with ETA."""
     torchrunx_log_dir: str | None = None
-    """Worker log files (several workers only); wins over $TORCHRUNX_LOG_DIR. Default: $TORCHRUNX_LOG_DIR, else
+    """Worker log files (several workers only), unless $TORCHRUNX_LOG_DIR is set (it wins). Default:
     <run_dir>/torchrunx. "" disables."""
     resume: bool = False
     """Continue the latest run of this experiment (that has a checkpoint) from its latest checkpoint, in a new run

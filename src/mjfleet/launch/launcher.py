@@ -8,8 +8,8 @@ Fail fast: an exception in any worker is printed as ``[rank N] <traceback>`` and
 once; its agent then stops the others, and this process raises :class:`WorkerFailed` naming the rank.
 
 Console and log files: rank 0's stdout/stderr stream to this console; other ranks show WARNING and
-above, prefixed with ``[rank N]``. Per-worker log files go to ``log_dir`` when given, else to
-``$TORCHRUNX_LOG_DIR`` if that is set, else to ``default_log_dir`` (``""`` anywhere, or nothing: no files).
+above, prefixed with ``[rank N]``. Per-worker log files go to ``$TORCHRUNX_LOG_DIR`` if that is set, else to
+``log_dir`` when given, else to ``default_log_dir`` (``""`` anywhere, or nothing: no files).
 
 Signals: on SIGINT/SIGTERM this process passes the signal on to every process it started (so workers can
 save and stop), waits up to ``grace_s`` seconds, then kills what is left; a second signal kills at once.
@@ -84,8 +84,8 @@ def run_workers(
 ) -> R:
     """Call ``fn(*args, **kwargs)`` on every worker of ``plan`` and return rank 0's result.
 
-    Several workers write log files to ``log_dir`` if given, else $TORCHRUNX_LOG_DIR, else ``default_log_dir``
-    (`worker_log_dir`).
+    Several workers write log files to $TORCHRUNX_LOG_DIR if set, else ``log_dir`` if given, else
+    ``default_log_dir`` (`worker_log_dir`).
 
     ``fn`` must be a picklable top-level function (workers import its module by name); it finds its rank
     and device with ``WorkerContext.from_env(plan)``. Raises :class:`WorkerFailed` when a worker fails and
@@ -99,13 +99,15 @@ def run_workers(
 def worker_log_dir(
     log_dir: str | os.PathLike[str] | None, default: str | os.PathLike[str] | None = None
 ) -> Path | None:
-    """Where per-worker log files go: ``log_dir`` when given (a flag), else $TORCHRUNX_LOG_DIR if set, else
-    ``default``; None ("" anywhere) when disabled."""
-    if log_dir is not None:
-        chosen: str | None = str(log_dir)
-    else:
-        chosen = os.environ.get("TORCHRUNX_LOG_DIR", None if default is None else str(default))
-    return Path(chosen) if chosen else None
+    """Where per-worker log files go: $TORCHRUNX_LOG_DIR if set, else ``log_dir`` when given (a flag), else
+    ``default``; None ("" anywhere) when disabled.
+
+    The variable wins so that a job environment (a cluster script, CI) can redirect every command it runs.
+    """
+    chosen = os.environ.get("TORCHRUNX_LOG_DIR")
+    if chosen is None:
+        chosen = log_dir if log_dir is not None else default
+    return Path(chosen) if chosen is not None and str(chosen) else None
 
 
 def worker_env(plan: WorkerPlan) -> dict[str, str]:
