@@ -77,13 +77,11 @@ def quiet_warp() -> None:
 
     if os.environ.get("MJFLEET_WARP_VERBOSE"):
         return
-    wp.config.quiet = True  # pyright: ignore[reportAttributeAccessIssue] - set at run time, not declared
     wp.config.log_level = wp.LOG_WARNING
-    from warp._src import context
-
-    if context.runtime is not None or _cuda_driver_loadable():
-        # Initialised already, or a driver is there: warp has no such line to print, and it initialises when
-        # first used (early, it would hold a CUDA context on every GPU in the launching process too).
+    if _cuda_driver_loadable():
+        # A driver is there: warp has no such line to print, and it initialises when first used (early, it
+        # would hold a CUDA context on every GPU in the launching process too). Without one, wp.init() below is
+        # a no-op when warp is initialised already.
         return
     # The native library writes to file descriptor 2 directly: catch that in a file, pass on all but the line.
     sys.stderr.flush()
