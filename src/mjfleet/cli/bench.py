@@ -37,7 +37,7 @@ class BenchFlags:
     Every env and agent setting of the task is a flag too (--env.*, --agent.*)."""
 
     num_envs: tuple[str, ...] = ()
-    """Environments per worker: one value, several (a sweep: `64 256 1024`), or `auto` (where throughput stops growing; measured once per task, device, threads per worker, versions and task settings, then cached). Default: the task's default for the device."""
+    """Environments per worker (alias of --env.num-envs, and wins over it): one value, several (a sweep: `64 256 1024`), or `auto` (where throughput stops growing; measured once per task, device, threads per worker, versions and task settings, then cached). Default: the task's default for the device."""
     gpu_ids: tuple[str, ...] = ("auto",)
     """GPUs, one worker each: `0 1`, `"[0, 1]"`, `all`, or `None`/`cpu` for CPU. auto: GPU 0 if CUDA is available, else CPU (as train)."""
     cpu_workers: int = 1
@@ -66,7 +66,7 @@ class BenchFlags:
 
 def parse_args(argv: list[str]) -> tuple[str, Any]:
     """(task name, parsed flags): BenchFlags plus the task's own --env.* / --agent.* flags."""
-    return parse_task_command(argv, PROG, USAGE, BenchFlags)
+    return parse_task_command(argv, PROG, USAGE, BenchFlags, sweeps=("num_envs",))
 
 
 def parse_num_envs(tokens: tuple[str, ...] | list[str]) -> tuple[list[int], bool]:

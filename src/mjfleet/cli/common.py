@@ -10,6 +10,7 @@ import tempfile
 from collections.abc import Callable
 from typing import Any, NoReturn
 
+from mjfleet.cli.aliases import apply_aliases
 from mjfleet.cli.parse import parse_flags
 from mjfleet.errors import UsageError
 from mjfleet.launch.devices import WorkerPlan, make_plan, parse_gpu_ids
@@ -141,9 +142,15 @@ def with_task_configs(base: type, env_default: Any, agent_default: Any, name: st
 
 
 def parse_task_command(
-    argv: list[str], prog: str, usage: str, flags_base: type, description: str | None = None
+    argv: list[str],
+    prog: str,
+    usage: str,
+    flags_base: type,
+    description: str | None = None,
+    sweeps: tuple[str, ...] = (),
 ):
-    """(task name, flags) for `<prog> <Task> [flags]`: `flags_base` plus the task's own --env.* / --agent.*."""
+    """(task name, flags) for `<prog> <Task> [flags]`: `flags_base` plus the task's own --env.* / --agent.*, with
+    the short aliases the user gave already applied to them (see mjfleet.cli.aliases; ``sweeps`` as there)."""
     from mjfleet.tasks import get_task
 
     task_name, rest = split_task(argv, prog, usage)
@@ -154,4 +161,5 @@ def parse_task_command(
     flags = parse_flags(
         flags_type, rest, prog=f"{prog} {spec.name}", description=description or spec.description
     )
+    apply_aliases(flags, sweeps)
     return spec.name, flags

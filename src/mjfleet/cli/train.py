@@ -116,23 +116,12 @@ def parse_args(argv: list[str]) -> tuple[str, Any]:
 
 
 def resolve(task_name: str, flags: Any) -> TrainJob:
-    """Apply aliases and device defaults, check values, pick the run directory."""
+    """Apply device defaults, check values, pick the run directory."""
     from mjfleet.tasks import get_task
 
     spec = get_task(task_name)
     plan = worker_plan(flags)
-    env, agent = flags.env, flags.agent
-    for alias, target, field in (
-        (flags.num_envs, env, "num_envs"),
-        (flags.seed, agent, "seed"),
-        (flags.max_iterations, agent, "max_iterations"),
-        (flags.run_name, agent, "run_name"),
-        (flags.save_interval, agent, "save_interval"),
-        (flags.logger, agent, "logger"),
-        (flags.wandb_project, agent, "wandb_project"),
-    ):
-        if alias is not None:
-            setattr(target, field, alias)
+    env, agent = flags.env, flags.agent  # the short aliases are applied already (mjfleet.cli.aliases)
     if "/" in agent.run_name or "\\" in agent.run_name or agent.run_name in (".", ".."):
         raise UsageError(f"--run-name {agent.run_name!r}: a run name is part of one directory name (no '/')")
     if env.num_envs is None:
