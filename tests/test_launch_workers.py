@@ -215,6 +215,32 @@ def test_sigterm_to_the_launcher_ends_every_process_it_started(tmp_path):
             os.killpg(launcher.pid, signal.SIGKILL)
 
 
+def test_the_process_tree_keeps_a_reparented_grandchild_and_skips_processes_started_before_it():
+    from mjfleet.launch.relay import ProcessTree
+
+    older = subprocess.Popen(["sleep", "60"])
+    tree = ProcessTree()
+    parent = subprocess.Popen(
+        [sys.executable, "-c", "import subprocess; print(subprocess.Popen(['sleep', '60']).pid, flush=True)"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert parent.stdout is not None
+        grandchild = int(parent.stdout.readline())
+        assert grandchild in {proc.pid for proc in tree.alive()}
+        parent.wait(timeout=30)  # the grandchild is re-parented away from this process now
+        assert {proc.pid for proc in tree.alive()} == {grandchild}
+        tree.send(signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while tree.alive() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert tree.alive() == [] and older.poll() is None
+    finally:
+        older.kill()
+        older.wait()
+
+
 def _live_processes_in_session(sid: int) -> list[int]:
     found = []
     for entry in os.listdir("/proc"):
