@@ -108,13 +108,10 @@ def worker_log_dir(
 
 def worker_env(plan: WorkerPlan) -> dict[str, str]:
     """Environment variables every worker gets in addition to the copied ones."""
-    if plan.is_cpu:
-        # No GPU visible: a CPU worker must never spend time and GPU memory on a CUDA context.
-        return {"CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": str(plan.threads_per_worker)}
-    assert plan.cuda_visible_devices is not None
-    # GPU workers on one host split its cores (plan.threads_per_worker) instead of each starting one per core.
+    # A CPU worker sees no GPU, so it never spends time and GPU memory on a CUDA context; workers on one host
+    # split its cores (plan.threads_per_worker) instead of each starting one thread per core.
     return {
-        "CUDA_VISIBLE_DEVICES": plan.cuda_visible_devices,
+        "CUDA_VISIBLE_DEVICES": plan.cuda_visible_devices or "",
         "OMP_NUM_THREADS": str(plan.threads_per_worker),
     }
 
@@ -150,8 +147,12 @@ def _run_with_torchrunx(
         copy_env_vars=torchrunx.DEFAULT_ENV_VARS_FOR_COPY + WORKER_ENV_PATTERNS,
         extra_env_vars=worker_env(plan),
     )
+    try:
+        file_level = log_level_from_env()
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
     launcher.set_logging_handlers(
-        partial(_log_handlers, plan.hosts, plan.workers_per_host, files, _file_log_level())
+        partial(_log_handlers, plan.hosts, plan.workers_per_host, files, file_level)
     )
     # Pickled here, unpickled in the worker: an unimportable module then fails as a worker error with a
     # traceback, instead of killing the torchrunx agent, and unpicklable arguments fail before anything starts.
@@ -197,13 +198,6 @@ def _failure_from_message(message: str, hint: str) -> WorkerFailed | UsageError:
         message = "it exited without a Python error (killed, out of memory, or os._exit)"
     first = message.splitlines()[0] if message else "unknown error"
     return WorkerFailed(f"a worker failed: {first}{hint}")
-
-
-def _file_log_level() -> int:
-    try:
-        return log_level_from_env()
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
 
 
 # --- logs: built inside torchrunx's log server (a fork of this process) --------------------------------
