@@ -179,3 +179,69 @@ def test_a_bad_task_module_in_the_environment_is_one_line(modules, needle, tmp_p
 )
 def test_a_flag_tyro_cannot_parse_is_one_line_not_a_box(command, needles):
     assert_one_line_usage_error(run(*command), *needles)
+
+
+# --- short aliases: one table, one rule ----------------------------------------------------------------
+
+
+def _help_entries(module, capsys) -> dict[str, str]:
+    """`<command> Cartpole-Balance --help` as {flag: its help text}."""
+    with pytest.raises(SystemExit):
+        module.parse_args(["Cartpole-Balance", "--help"])
+    entries: dict[str, str] = {}
+    flag = None
+    for line in capsys.readouterr().out.splitlines():
+        if line.startswith("  --"):
+            flag = line.split()[0]
+            entries[flag] = ""
+        elif flag is not None:
+            entries[flag] += " " + line.strip()
+    return entries
+
+
+@pytest.mark.parametrize("command", ["train", "play", "bench"])
+def test_every_alias_flag_is_in_the_one_alias_table_and_names_its_nested_flag(command, capsys):
+    import importlib
+
+    from mjfleet.cli.aliases import ALIASES
+
+    module = importlib.import_module(f"mjfleet.cli.{command}")
+    entries = _help_entries(module, capsys)
+    declared = {flag for flag, text in entries.items() if "(alias of --" in text}
+    assert declared, entries.keys()
+    for flag in declared:
+        target = ALIASES[flag[2:].replace("-", "_")]
+        group, field = target.split(".")
+        assert f"(alias of --{group}.{field.replace('_', '-')}" in entries[flag]
+    assert {f"--{alias.replace('_', '-')}" for alias in ALIASES} & set(entries) == declared
+
+
+@pytest.mark.parametrize("command", ["train", "play", "bench"])
+@pytest.mark.parametrize("order", ["alias first", "alias last"])
+def test_a_short_alias_given_wins_over_its_nested_flag_in_every_command(command, order):
+    import importlib
+
+    module = importlib.import_module(f"mjfleet.cli.{command}")
+    args = [["--num-envs", "4"], ["--env.num-envs", "8"]]
+    if command != "bench":
+        args += [["--seed", "5"], ["--agent.seed", "9"]]
+    if order == "alias last":
+        args.reverse()
+    _, flags = module.parse_args(["Cartpole-Balance", *(a for pair in args for a in pair)])
+    if command == "bench":
+        assert module.resolve("Cartpole-Balance", flags)[1] == [4]
+    else:
+        assert flags.env.num_envs == 4
+        assert flags.agent.seed == 5
+
+
+@pytest.mark.parametrize("command", ["train", "play", "bench"])
+def test_the_nested_flag_alone_is_used_in_every_command(command):
+    import importlib
+
+    module = importlib.import_module(f"mjfleet.cli.{command}")
+    _, flags = module.parse_args(["Cartpole-Balance", "--env.num-envs", "8"])
+    if command == "bench":
+        assert module.resolve("Cartpole-Balance", flags)[1] == [8]
+    else:
+        assert flags.env.num_envs == 8

@@ -177,6 +177,40 @@ def test_two_cpu_workers_write_one_run_directory_with_global_counts(tmp_path):
     assert len(list(run_dir.glob("events.out.tfevents.*"))) == 1
 
 
+def test_train_under_torchrun_joins_its_process_group_and_writes_one_run_directory(tmp_path):
+    small = [a for a in SMALL if a not in ("--cpu-workers", "2")]
+    result = subprocess.run(
+        [str(BIN / "torchrun"), "--standalone", "--nproc-per-node", "2", str(BIN / "train"), "Cartpole-Balance",
+         *small, "--max-iterations", "2"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    (run_dir,) = (tmp_path / "logs" / "cartpole_balance").iterdir()
+    assert "2 workers x 16 envs = 32 envs" in result.stdout
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [r["iteration"] for r in records] == [0, 1]  # one writer
+    assert records[-1]["env_steps"] == 2 * 8 * 16 * 2  # both workers' steps
+
+
+@pytest.mark.parametrize("flags", [["--cpu-workers", "2"], ["--gpu-ids", "0", "1"], ["--hosts", "h1", "h2"]])
+def test_flags_that_place_workers_are_usage_errors_under_an_external_launcher(flags, tmp_path):
+    launched = {
+        "RANK": "0",
+        "LOCAL_RANK": "0",
+        "WORLD_SIZE": "2",
+        "LOCAL_WORLD_SIZE": "2",
+        "MASTER_ADDR": "127.0.0.1",
+    }
+    result = subprocess.run(
+        [str(BIN / "train"), "Cartpole-Balance", *flags],
+        cwd=tmp_path, capture_output=True, text=True, timeout=120, env={**os.environ, **launched, "MASTER_PORT": "1"},
+    )  # fmt: skip
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "do not apply under a launcher such as torchrun" in lines[0], result.stderr
+    assert not (tmp_path / "logs").exists()
+
+
 def test_a_failing_worker_ends_train_quickly_with_that_ranks_traceback(tmp_path):
     stamp = tmp_path / "failed_at"
     env = {

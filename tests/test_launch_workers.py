@@ -78,11 +78,14 @@ def test_gpu_workers_see_their_selected_gpus_and_split_the_cores():
 # --- log directory --------------------------------------------------------------------------------------
 
 
-def test_the_log_dir_flag_wins_over_the_variable_which_wins_over_the_default(monkeypatch, tmp_path):
+def test_the_log_dir_variable_wins_over_the_flag_which_wins_over_the_default(monkeypatch, tmp_path):
     monkeypatch.setenv("TORCHRUNX_LOG_DIR", str(tmp_path / "env"))
+    assert worker_log_dir(tmp_path / "flag", tmp_path / "default") == tmp_path / "env"
+    assert worker_log_dir("", tmp_path / "default") == tmp_path / "env"
+    assert worker_log_dir(None, tmp_path / "default") == tmp_path / "env"
+    monkeypatch.delenv("TORCHRUNX_LOG_DIR")
     assert worker_log_dir(tmp_path / "flag", tmp_path / "default") == tmp_path / "flag"
     assert worker_log_dir("", tmp_path / "default") is None  # --torchrunx-log-dir "": no files
-    assert worker_log_dir(None, tmp_path / "default") == tmp_path / "env"
 
 
 def test_empty_torchrunx_log_dir_variable_disables_the_default_log_files(monkeypatch, tmp_path):
@@ -210,6 +213,32 @@ def test_sigterm_to_the_launcher_ends_every_process_it_started(tmp_path):
     finally:
         if launcher.poll() is None:
             os.killpg(launcher.pid, signal.SIGKILL)
+
+
+def test_the_process_tree_keeps_a_reparented_grandchild_and_skips_processes_started_before_it():
+    from mjfleet.launch.relay import ProcessTree
+
+    older = subprocess.Popen(["sleep", "60"])
+    tree = ProcessTree()
+    parent = subprocess.Popen(
+        [sys.executable, "-c", "import subprocess; print(subprocess.Popen(['sleep', '60']).pid, flush=True)"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert parent.stdout is not None
+        grandchild = int(parent.stdout.readline())
+        assert grandchild in {proc.pid for proc in tree.alive()}
+        parent.wait(timeout=30)  # the grandchild is re-parented away from this process now
+        assert {proc.pid for proc in tree.alive()} == {grandchild}
+        tree.send(signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while tree.alive() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert tree.alive() == [] and older.poll() is None
+    finally:
+        older.kill()
+        older.wait()
 
 
 def _live_processes_in_session(sid: int) -> list[int]:

@@ -37,7 +37,7 @@ class BenchFlags:
     Every env and agent setting of the task is a flag too (--env.*, --agent.*)."""
 
     num_envs: tuple[str, ...] = ()
-    """Environments per worker: one value, several (a sweep: `64 256 1024`), or `auto` (where throughput stops growing; measured once per task, device, threads per worker, versions and task settings, then cached). Default: the task's default for the device."""
+    """Environments per worker (alias of --env.num-envs, and wins over it): one value, several (a sweep: `64 256 1024`), or `auto` (where throughput stops growing; measured once per task, device, threads per worker, versions and task settings, then cached). Default: the task's default for the device."""
     gpu_ids: tuple[str, ...] = ("auto",)
     """GPUs, one worker each: `0 1`, `"[0, 1]"`, `all`, or `None`/`cpu` for CPU. auto: GPU 0 if CUDA is available, else CPU (as train)."""
     cpu_workers: int = 1
@@ -59,15 +59,14 @@ class BenchFlags:
     retune: bool = False
     """With --num-envs auto: measure again instead of using the cached count."""
     torchrunx_log_dir: str | None = None
-    """Worker log files (several workers only); wins over $TORCHRUNX_LOG_DIR. Default: $TORCHRUNX_LOG_DIR, else
-    none."""
+    """Worker log files (several workers only), unless $TORCHRUNX_LOG_DIR is set (it wins). Default: none."""
     quiet: bool = False
     """Only the final table (no progress lines)."""
 
 
 def parse_args(argv: list[str]) -> tuple[str, Any]:
     """(task name, parsed flags): BenchFlags plus the task's own --env.* / --agent.* flags."""
-    return parse_task_command(argv, PROG, USAGE, BenchFlags)
+    return parse_task_command(argv, PROG, USAGE, BenchFlags, sweeps=("num_envs",))
 
 
 def parse_num_envs(tokens: tuple[str, ...] | list[str]) -> tuple[list[int], bool]:

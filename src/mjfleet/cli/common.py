@@ -10,6 +10,7 @@ import tempfile
 from collections.abc import Callable
 from typing import Any, NoReturn
 
+from mjfleet.cli.aliases import apply_aliases
 from mjfleet.cli.parse import parse_flags
 from mjfleet.errors import UsageError
 from mjfleet.launch.devices import WorkerPlan, make_plan, parse_gpu_ids
@@ -77,13 +78,11 @@ def quiet_warp() -> None:
 
     if os.environ.get("MJFLEET_WARP_VERBOSE"):
         return
-    wp.config.quiet = True  # pyright: ignore[reportAttributeAccessIssue] - set at run time, not declared
     wp.config.log_level = wp.LOG_WARNING
-    from warp._src import context
-
-    if context.runtime is not None or _cuda_driver_loadable():
-        # Initialised already, or a driver is there: warp has no such line to print, and it initialises when
-        # first used (early, it would hold a CUDA context on every GPU in the launching process too).
+    if _cuda_driver_loadable():
+        # A driver is there: warp has no such line to print, and it initialises when first used (early, it
+        # would hold a CUDA context on every GPU in the launching process too). Without one, wp.init() below is
+        # a no-op when warp is initialised already.
         return
     # The native library writes to file descriptor 2 directly: catch that in a file, pass on all but the line.
     sys.stderr.flush()
@@ -143,9 +142,15 @@ def with_task_configs(base: type, env_default: Any, agent_default: Any, name: st
 
 
 def parse_task_command(
-    argv: list[str], prog: str, usage: str, flags_base: type, description: str | None = None
+    argv: list[str],
+    prog: str,
+    usage: str,
+    flags_base: type,
+    description: str | None = None,
+    sweeps: tuple[str, ...] = (),
 ):
-    """(task name, flags) for `<prog> <Task> [flags]`: `flags_base` plus the task's own --env.* / --agent.*."""
+    """(task name, flags) for `<prog> <Task> [flags]`: `flags_base` plus the task's own --env.* / --agent.*, with
+    the short aliases the user gave already applied to them (see mjfleet.cli.aliases; ``sweeps`` as there)."""
     from mjfleet.tasks import get_task
 
     task_name, rest = split_task(argv, prog, usage)
@@ -156,4 +161,5 @@ def parse_task_command(
     flags = parse_flags(
         flags_type, rest, prog=f"{prog} {spec.name}", description=description or spec.description
     )
+    apply_aliases(flags, sweeps)
     return spec.name, flags

@@ -20,6 +20,8 @@ from mjfleet.runs.run_dir import atomic_write_text
 PROG = "play"
 Policy = Literal["checkpoint", "random", "zero"]
 POLICIES: tuple[str, ...] = typing.get_args(Policy)
+DEFAULT_NUM_ENVS = 16
+"""Environments evaluated in parallel when neither --num-envs nor --env.num-envs is given."""
 USAGE = """usage: play <Task> [flags]
 
 Evaluate a policy: the latest checkpoint of the task's experiment unless told otherwise.
@@ -44,14 +46,15 @@ class PlayFlags:
     """What acts: the checkpoint's policy, uniform random actions, or zeros (`--agent random|zero` works too)."""
     gpu_ids: tuple[str, ...] = ("auto",)
     """One GPU id, or None/cpu for CPU. auto: GPU 0 if CUDA is available, else CPU."""
-    num_envs: int = 16
-    """Environments run in parallel (alias of --env.num-envs)."""
+    num_envs: int | None = None
+    """Environments run in parallel (alias of --env.num-envs). Default: 16."""
     episodes: int = 32
     """Episodes to evaluate: the first ceil(episodes / num_envs) of every environment, so short episodes are
     not over-represented."""
     stochastic: bool = False
     """Sample actions from the policy distribution instead of taking its mean."""
-    seed: int = 0
+    seed: int | None = None
+    """Seed of the evaluation (alias of --agent.seed). Default: the task's --agent.seed."""
     output: str | None = None
     """Where to write eval.json. Default: the checkpoint's run directory (baselines:
     <logs-root>/<experiment>/baseline_<policy>/). Videos go to videos/ next to it."""
@@ -204,7 +207,7 @@ def play(task_name: str, flags: Any) -> dict[str, Any]:
     spec = get_task(task_name)
     env_cfg, agent_cfg = flags.env, flags.agent
     if env_cfg.num_envs is None:
-        env_cfg.num_envs = flags.num_envs
+        env_cfg.num_envs = DEFAULT_NUM_ENVS
     if env_cfg.num_envs < 1:
         raise UsageError(f"--num-envs must be >= 1, got {env_cfg.num_envs}")
     device = _device(flags)
@@ -228,7 +231,7 @@ def play(task_name: str, flags: Any) -> dict[str, Any]:
     if not os.access(output.parent, os.W_OK):
         raise UsageError(f"cannot write {output}: {output.parent} is not writable")
 
-    torch.manual_seed(flags.seed)
+    torch.manual_seed(agent_cfg.seed)
     if device.startswith("cuda"):
         torch.cuda.set_device(torch.device(device))
     start = time.perf_counter()
@@ -302,7 +305,7 @@ def play(task_name: str, flags: Any) -> dict[str, Any]:
         "deterministic": flags.policy == "checkpoint" and not flags.stochastic,
         "num_envs": env_cfg.num_envs,
         "device": device,
-        "seed": flags.seed,
+        "seed": agent_cfg.seed,
         **result,
         "wall_s": time.perf_counter() - start,
         "video": str(video_path) if video_path else None,

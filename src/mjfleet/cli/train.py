@@ -9,13 +9,14 @@ import shlex
 import signal
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from mjfleet.cli.common import parse_task_command, quiet_warp, user_errors, worker_plan
 from mjfleet.envs import EnvConfig
 from mjfleet.errors import UsageError, first_line
-from mjfleet.launch.devices import WorkerPlan
+from mjfleet.launch.devices import WorkerPlan, external_plan, launched_externally, parse_gpu_ids
 from mjfleet.launch.launcher import Interrupted, run_workers
 from mjfleet.rl import AgentConfig
 from mjfleet.runs import Retention, RunDir
@@ -52,7 +53,8 @@ class TrainFlags:
     num_envs: int | None = None
     """Environments per worker (alias of --env.num-envs). Default: the task's default for the device."""
     seed: int | None = None
-    """Base seed (alias of --agent.seed); worker k uses seed + k."""
+    """Base seed (alias of --agent.seed). Worker k uses seed + k, k the GLOBAL rank (deliberately: on several hosts
+    seed + local_rank would repeat the same seeds on every host)."""
     max_iterations: int | None = None
     """PPO iterations (alias of --agent.max-iterations)."""
     run_name: str | None = None
@@ -62,7 +64,7 @@ class TrainFlags:
     log_format: Literal["block", "compact"] = "block"
     """Console progress: a short block per iteration, or one line with ETA."""
     torchrunx_log_dir: str | None = None
-    """Worker log files (several workers only); wins over $TORCHRUNX_LOG_DIR. Default: $TORCHRUNX_LOG_DIR, else
+    """Worker log files (several workers only), unless $TORCHRUNX_LOG_DIR is set (it wins). Default:
     <run_dir>/torchrunx. "" disables."""
     resume: bool = False
     """Continue the latest run of this experiment (that has a checkpoint) from its latest checkpoint, in a new run
@@ -114,24 +116,13 @@ def parse_args(argv: list[str]) -> tuple[str, Any]:
     return parse_task_command(argv, PROG, USAGE, TrainFlags)
 
 
-def resolve(task_name: str, flags: Any) -> TrainJob:
-    """Apply aliases and device defaults, check values, pick the run directory."""
+def resolve(task_name: str, flags: Any, plan: WorkerPlan | None = None) -> TrainJob:
+    """Apply device defaults, check values, pick the run directory (on `plan`, default: the one the flags ask for)."""
     from mjfleet.tasks import get_task
 
     spec = get_task(task_name)
-    plan = worker_plan(flags)
-    env, agent = flags.env, flags.agent
-    for alias, target, field in (
-        (flags.num_envs, env, "num_envs"),
-        (flags.seed, agent, "seed"),
-        (flags.max_iterations, agent, "max_iterations"),
-        (flags.run_name, agent, "run_name"),
-        (flags.save_interval, agent, "save_interval"),
-        (flags.logger, agent, "logger"),
-        (flags.wandb_project, agent, "wandb_project"),
-    ):
-        if alias is not None:
-            setattr(target, field, alias)
+    plan = worker_plan(flags) if plan is None else plan
+    env, agent = flags.env, flags.agent  # the short aliases are applied already (mjfleet.cli.aliases)
     if "/" in agent.run_name or "\\" in agent.run_name or agent.run_name in (".", ".."):
         raise UsageError(f"--run-name {agent.run_name!r}: a run name is part of one directory name (no '/')")
     if env.num_envs is None:
@@ -351,30 +342,85 @@ def main(argv: list[str] | None = None) -> None:
     quiet_warp()
     argv = sys.argv[1:] if argv is None else list(argv)
     task_name, flags = parse_args(argv)
-    job = dataclasses.replace(resolve(task_name, flags), command=tuple(argv))
-    try:  # here, once: two runs started in the same second get two directories
-        job = dataclasses.replace(job, run_dir=job.run_dir.reserve())
-    except OSError as exc:
-        raise UsageError(
-            f"cannot create the run directory {job.run_dir.path}: {exc.strerror or exc}"
-        ) from None
-    start = time.perf_counter()
-    try:
-        summary = run_workers(
+    if launched_externally():
+        _train_as_one_of_the_launchers_workers(task_name, flags, argv)
+        return
+    job = _reserve_run_dir(dataclasses.replace(resolve(task_name, flags), command=tuple(argv)))
+    _run_and_report(
+        job,
+        argv,
+        lambda: run_workers(
             job.plan,
             train_worker,
             job,
             log_dir=flags.torchrunx_log_dir,
             default_log_dir=job.run_dir.path / "torchrunx",
-        )
+        ),
+    )
+
+
+def _reserve_run_dir(job: TrainJob) -> TrainJob:
+    try:  # here, once: two runs started in the same second get two directories
+        return dataclasses.replace(job, run_dir=job.run_dir.reserve())
+    except OSError as exc:
+        raise UsageError(
+            f"cannot create the run directory {job.run_dir.path}: {exc.strerror or exc}"
+        ) from None
+
+
+def _train_as_one_of_the_launchers_workers(task_name: str, flags: Any, argv: list[str]) -> None:
+    """`torchrun --nproc_per_node N $(which train) ...` (or srun with RANK, WORLD_SIZE, MASTER_ADDR exported): this
+    process is one worker of the launcher's process group. Rank 0 resolves the job and reserves the run directory,
+    and every rank trains that same job, so there is one run directory with one writer, as with `--cpu-workers`."""
+    import torch.distributed as dist
+
+    tokens = None if list(flags.gpu_ids) == ["auto"] else list(flags.gpu_ids)
+    plan = external_plan(parse_gpu_ids(tokens), flags.cpu_workers, list(flags.hosts), flags.threads)
+    dist.init_process_group(plan.backend, init_method="env://")
+    try:
+        is_main = dist.get_rank() == 0
+        agreed: list[Any] = [None]
+        if is_main:
+            if plan.notice:
+                print(plan.notice)
+            try:
+                agreed[0] = _reserve_run_dir(
+                    dataclasses.replace(resolve(task_name, flags, plan), command=tuple(argv))
+                )
+            except UsageError as exc:  # every rank must leave the broadcast below
+                agreed[0] = exc
+        dist.broadcast_object_list(agreed, src=0)
+        if isinstance(agreed[0], UsageError):
+            if is_main:
+                raise agreed[0]
+            raise SystemExit(2)  # rank 0 says why
+        job: TrainJob = agreed[0]
+        _run_and_report(job, argv, lambda: train_worker(job), is_main=is_main)
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def _run_and_report(
+    job: TrainJob, argv: list[str], run: Callable[[], dict[str, Any]], is_main: bool = True
+) -> None:
+    """Run the training, report how it ended (on the main process), remove the run directory if nothing was
+    written to it."""
+    start = time.perf_counter()
+    try:
+        summary = run()
     except KeyboardInterrupt as exc:  # Interrupted (a clean stop), or a second Ctrl-C in the one-worker case
         signum = getattr(exc, "signum", signal.SIGINT)
-        _report_interrupt(job, argv, signum)
-        job.run_dir.remove_if_empty()  # stopped while Python modules were still importing: nothing written
+        if is_main:
+            _report_interrupt(job, argv, signum)
+            job.run_dir.remove_if_empty()  # stopped while Python modules were still importing: nothing written
         raise SystemExit(128 + signum) from None
     except BaseException:
-        job.run_dir.remove_if_empty()
+        if is_main:
+            job.run_dir.remove_if_empty()
         raise
+    if not is_main:
+        return
     wall = time.perf_counter() - start
     first, last = summary["start_iteration"], summary["iterations"]
     done = f"{last} iterations" if first == 0 else f"iterations {first + 1}-{last} ({last - first} here)"

@@ -11,7 +11,7 @@ import os
 import re
 import socket
 import subprocess
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from mjfleet.errors import UsageError
@@ -223,6 +223,32 @@ def make_plan(
         gpu_ids=ids,
         notice=notice,
     )
+
+
+def launched_externally() -> bool:
+    """Whether a launcher such as torchrun started this process as one of several workers (RANK, MASTER_ADDR and
+    a WORLD_SIZE above 1 are set)."""
+    return "RANK" in os.environ and "MASTER_ADDR" in os.environ and int(os.environ.get("WORLD_SIZE", "1")) > 1
+
+
+def external_plan(request: GpuRequest, cpu_workers: int, hosts: list[str], threads: int | None) -> WorkerPlan:
+    """The plan of a worker an external launcher started: LOCAL_WORLD_SIZE workers per host, WORLD_SIZE in all;
+    local rank k uses cuda:k, or the CPU (--gpu-ids None, or no GPU). The launcher has placed the workers, so
+    GPU ids, --cpu-workers and --hosts are usage errors here."""
+    if request.mode == "ids" or cpu_workers != 1 or hosts != ["localhost"]:
+        raise UsageError(
+            "GPU ids, --cpu-workers and --hosts do not apply under a launcher such as torchrun (RANK, WORLD_SIZE "
+            "set): it placed the workers; each uses the GPU of its LOCAL_RANK (--gpu-ids auto or all) or the CPU "
+            "(--gpu-ids None)"
+        )
+    world = int(os.environ["WORLD_SIZE"])
+    local = int(os.environ.get("LOCAL_WORLD_SIZE", world))
+    if request.mode == "cpu" or (request.mode == "default" and _visible_gpu_count() == 0):
+        plan = make_plan(request, cpu_workers=local, threads=threads)
+    else:
+        plan = make_plan(GpuRequest("ids", tuple(range(local))), threads=threads)
+    nodes = tuple(f"node{i}" for i in range(world // local))  # only counted: world size = workers x hosts
+    return replace(plan, hosts=nodes if len(nodes) > 1 else ("localhost",))
 
 
 def _physical_gpu(gpu: GpuId, count: int, visible: list[str] | None) -> str:
