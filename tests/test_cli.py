@@ -79,6 +79,9 @@ def test_unknown_task_names_the_closest_tasks():
         (["--num-envs", "0"], "--num-envs"),
         (["--gpu-ids", "None", "--cpu-workers", "0"], "--cpu-workers"),
         (["--max-iterations", "0"], "--max-iterations"),
+        (["--max-env-steps", "0"], "--max-env-steps"),
+        (["--agent.algorithm.grad-sync-period", "5"], "--agent.algorithm.grad-sync-period"),
+        (["--agent.algorithm.grad-sync-period", "0"], "--agent.algorithm.grad-sync-period"),
         (["--run-name", "a/b"], "--run-name"),
         (["--gpu-ids", "None", "--logs-root", "/proc/no-such-dir"], "cannot create the run directory"),
     ],
@@ -245,3 +248,26 @@ def test_the_nested_flag_alone_is_used_in_every_command(command):
         assert module.resolve("Cartpole-Balance", flags)[1] == [8]
     else:
         assert flags.env.num_envs == 8
+
+
+def test_max_env_steps_becomes_the_iterations_that_reach_it_over_all_workers(capsys):
+    from mjfleet.cli.train import parse_args, resolve
+    from mjfleet.launch.devices import make_plan, parse_gpu_ids
+
+    argv = [
+        "Cartpole-Balance",
+        "--num-envs",
+        "10",
+        "--agent.num-steps-per-env",
+        "8",
+        "--max-env-steps",
+        "1001",
+    ]
+    _, flags = parse_args(argv)
+    plan = make_plan(parse_gpu_ids(["None"]), cpu_workers=2)
+    job = resolve("Cartpole-Balance", flags, plan)
+    assert job.agent.max_iterations == 7  # 160 env steps per iteration: 6 reach 960, 7 reach 1,120 >= 1,001
+    assert (
+        "--max-env-steps 1,001: 7 iterations of 160 env steps (2 workers x 10 envs x 8 steps)"
+        in capsys.readouterr().out
+    )

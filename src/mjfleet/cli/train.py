@@ -57,6 +57,9 @@ class TrainFlags:
     seed + local_rank would repeat the same seeds on every host)."""
     max_iterations: int | None = None
     """PPO iterations (alias of --agent.max-iterations)."""
+    max_env_steps: int | None = None
+    """Train for this many environment steps in total, over all workers: converted to iterations (rounded up;
+    printed) and used instead of --max-iterations."""
     run_name: str | None = None
     """Suffix of the run directory (alias of --agent.run-name)."""
     logs_root: str = "logs"
@@ -129,6 +132,16 @@ def resolve(task_name: str, flags: Any, plan: WorkerPlan | None = None) -> Train
         env.num_envs = spec.default_num_envs(plan.devices[0])
     if env.num_envs < 1:
         raise UsageError(f"--num-envs must be >= 1, got {env.num_envs}")
+    if flags.max_env_steps is not None:
+        per_iteration = env.num_envs * agent.num_steps_per_env * plan.world_size
+        if flags.max_env_steps < 1:
+            raise UsageError(f"--max-env-steps must be >= 1, got {flags.max_env_steps}")
+        agent.max_iterations = -(-flags.max_env_steps // per_iteration)
+        print(
+            f"--max-env-steps {flags.max_env_steps:,}: {agent.max_iterations} iterations of {per_iteration:,} "
+            f"env steps ({plan.world_size} worker{'s' if plan.world_size > 1 else ''} x {env.num_envs} envs x "
+            f"{agent.num_steps_per_env} steps)"
+        )
     if agent.max_iterations < 1:
         raise UsageError(f"--max-iterations must be >= 1, got {agent.max_iterations}")
     if env.decimation < 1:

@@ -73,7 +73,7 @@ class AgentConfig:
     """Runs are written to logs/<experiment_name>/<timestamp>[_<run_name>]/."""
     run_name: str = ""
     seed: int = 42
-    """Base seed; worker k uses seed + k."""
+    """Base seed; worker k uses seed + k, k its global rank."""
     num_steps_per_env: int = 24
     """Rollout length per environment and iteration."""
     max_iterations: int = 300
