@@ -231,6 +231,28 @@ def test_export_detects_an_onnx_model_that_differs_from_the_policy(tmp_path):
     assert "torchscript" not in json.loads(files["metadata"].read_text())["files"]
 
 
+def test_a_fixed_command_is_given_in_every_episode_and_reported_beside_the_achieved_velocity(
+    tmp_path, capsys
+):
+    from mjfleet.cli.play import main
+
+    output = tmp_path / "eval.json"
+    main(["Quadruped-Velocity-Flat", "--gpu-ids", "None", "--agent", "zero", "--command", "-0.5", "0", "0",
+          "--num-envs", "2", "--episodes", "2", "--env.episode-length-s", "1.0", "--output", str(output)])  # fmt: skip
+    report = json.loads(output.read_text())
+    assert report["command"] == [-0.5, 0.0, 0.0]
+    assert report["env_cfg"]["commands"]["lin_vel_x"] == [-0.5, -0.5]
+    metrics = report["metrics"]
+    assert {"lin_vel_error", "ang_vel_error", "base_lin_vel_x", "base_lin_vel_y", "base_ang_vel_z"} <= set(
+        metrics
+    )
+    # |command - achieved|, roughly: the mean of per-robot errors is not the error of the mean velocity.
+    assert metrics["lin_vel_error"] == pytest.approx(0.5 + metrics["base_lin_vel_x"], abs=0.15)
+    assert report["terminations"] == {"fell": 0, "time_out": 2}
+    out = capsys.readouterr().out
+    assert "command (vx, vy, wz): -0.5, 0, 0" in out and "lin_vel_error" in out
+
+
 @pytest.mark.parametrize(
     ("args", "needle"),
     [
