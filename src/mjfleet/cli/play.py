@@ -374,18 +374,18 @@ def _print_summary(summary: dict[str, Any], label: str, output: pathlib.Path) ->
 
 
 def _comparison_table(results: dict[str, dict[str, Any]]) -> str:
-    """One row per policy: return, episode length, the task's metrics (simulator health left out) and the
-    episodes ended early, each as evaluated with the same seed and settings."""
-    from mjfleet.evaluation import early_terminations
-
+    """One row per policy: return, episode length, the task's metrics (simulator health left out), the episodes
+    ended per cause (falls, for a legged robot) and in all, each as evaluated with the same seed and settings."""
     first = next(iter(results.values()))
     metrics = [k for k in first["metrics"] if not k.startswith("sim_")]
-    header = ["policy", "return", "ep. length", *metrics, "ended early", "episodes ended"]
+    causes = sorted({c for r in results.values() for c in r["terminations"] if c != "time_out"})
+    header = ["policy", "return", "ep. length", *metrics, *causes, "episodes ended"]
     rows = [header]
     for name, r in results.items():
         row = [name, _number(r["mean_return"]), _number(r["mean_episode_length"])]
         row += [_number(r["metrics"].get(k)) for k in metrics]
-        row += [str(early_terminations(r)), str(r["episodes_ended"])]
+        row += [str(r["terminations"].get(c, 0)) for c in causes]
+        row.append(str(r["episodes_ended"]))
         rows.append(row)
     widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
     lines = [
