@@ -47,7 +47,8 @@ def trained(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def played(trained):
-    """`play` with --video and --export on the trained run's latest checkpoint; returns (stdout, eval.json).
+    """`play` with --video, --export and --baselines on the trained run's latest checkpoint; returns (stdout,
+    eval.json).
 
     Without a headless OpenGL (EGL or OSMesa; .ci/run installs Mesa's EGL) it plays without --video."""
     from mjfleet.runs.video import working_gl_backend
@@ -58,7 +59,7 @@ def played(trained):
         video = ["--video", "--video-length", str(VIDEO["length"]), "--video-width", str(VIDEO["width"]),
                  "--video-height", str(VIDEO["height"])]  # fmt: skip
     result = run("play", "Cartpole-Balance", "--gpu-ids", "None", *SHORT_EPISODES, "--episodes", "32",
-                 "--num-envs", "16", *video, "--export", cwd=cwd, **({"MUJOCO_GL": gl} if gl else {}))  # fmt: skip
+                 "--num-envs", "16", *video, "--export", "--baselines", cwd=cwd, **({"MUJOCO_GL": gl} if gl else {}))  # fmt: skip
     return result.stdout, json.loads((run_dir / "eval.json").read_text())
 
 
@@ -91,6 +92,30 @@ def test_eval_json_has_the_return_statistics_and_the_tasks_episode_metrics(playe
     # The reward terms add up to the return (both averaged over the finished episodes).
     total = sum(v for k, v in terms.items() if k.startswith("Episode_Reward/"))
     assert total == pytest.approx(report["mean_return"], rel=0.05)
+
+
+def test_eval_json_counts_how_episodes_ended_and_averages_the_tasks_metrics(played):
+    _, report = played
+    assert sum(report["terminations"].values()) == report["episodes_ended"] >= report["episodes"]
+    # A policy that balances for the whole second: every episode ends at the time limit.
+    assert report["terminations"] == {"time_out": report["episodes_ended"]}
+    assert report["metrics"] == {} and report["command"] is None  # Cartpole logs no Metrics/*, has no command
+
+
+def test_baselines_are_evaluated_alike_and_tabled_beside_the_trained_policy(played):
+    out, report = played
+    baselines = report["baselines"]
+    assert set(baselines) == {"zero", "random"}
+    for result in baselines.values():
+        assert result["episodes"] == report["episodes"] == 32
+        assert result.keys() == {k: v for k, v in report.items() if k in result}.keys()
+        assert result["mean_return"] < report["mean_return"]
+    lines = out.splitlines()
+    (header,) = [line for line in lines if line.startswith("policy ")]
+    assert header.split()[:3] == ["policy", "return", "ep."]
+    table = lines[lines.index(header) + 1 : lines.index(header) + 4]
+    assert [row.split()[0] for row in table] == ["trained", "zero", "random"]
+    assert float(table[1].split()[1]) == pytest.approx(baselines["zero"]["mean_return"], abs=0.01)
 
 
 def test_video_has_the_requested_frames_and_size(played):
@@ -206,6 +231,28 @@ def test_export_detects_an_onnx_model_that_differs_from_the_policy(tmp_path):
     assert "torchscript" not in json.loads(files["metadata"].read_text())["files"]
 
 
+def test_a_fixed_command_is_given_in_every_episode_and_reported_beside_the_achieved_velocity(
+    tmp_path, capsys
+):
+    from mjfleet.cli.play import main
+
+    output = tmp_path / "eval.json"
+    main(["Quadruped-Velocity-Flat", "--gpu-ids", "None", "--agent", "zero", "--command", "-0.5", "0", "0",
+          "--num-envs", "2", "--episodes", "2", "--env.episode-length-s", "1.0", "--output", str(output)])  # fmt: skip
+    report = json.loads(output.read_text())
+    assert report["command"] == [-0.5, 0.0, 0.0]
+    assert report["env_cfg"]["commands"]["lin_vel_x"] == [-0.5, -0.5]
+    metrics = report["metrics"]
+    assert {"lin_vel_error", "ang_vel_error", "base_lin_vel_x", "base_lin_vel_y", "base_ang_vel_z"} <= set(
+        metrics
+    )
+    # |command - achieved|, roughly: the mean of per-robot errors is not the error of the mean velocity.
+    assert metrics["lin_vel_error"] == pytest.approx(0.5 + metrics["base_lin_vel_x"], abs=0.15)
+    assert report["terminations"] == {"fell": 0, "time_out": 2}
+    out = capsys.readouterr().out
+    assert "command (vx, vy, wz): -0.5, 0, 0" in out and "lin_vel_error" in out
+
+
 @pytest.mark.parametrize(
     ("args", "needle"),
     [
@@ -215,6 +262,8 @@ def test_export_detects_an_onnx_model_that_differs_from_the_policy(tmp_path):
         (["--gpu-ids", "0", "1"], "--gpu-ids"),
         (["--agent", "zero", "--output", "/proc/no-such-dir/eval.json"], "cannot write"),
         (["--agent", "zero", "--video", "--video-camera", "no-such-camera"], "--video-camera"),
+        (["--agent", "zero", "--command", "0.5", "0", "0"], "takes no velocity command"),
+        (["--agent", "random", "--baselines"], "drop --agent random"),
     ],
 )
 def test_play_usage_errors_are_one_line_with_exit_status_2(args, needle, tmp_path, monkeypatch, capsys):

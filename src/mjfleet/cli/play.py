@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import os
 import pathlib
 import sys
@@ -29,6 +28,7 @@ Evaluate a policy: the latest checkpoint of the task's experiment unless told ot
   play Cartpole-Balance --checkpoint 100 --load-run 2026-01-31   a given run and iteration (or a file path)
   play Cartpole-Balance --video --export             also an mp4 of env 0 and exported/policy.onnx
   play Cartpole-Balance --agent random               a baseline without a checkpoint (random or zero)
+  play Quadruped-Velocity-Flat --baselines --command 0.5 0 0   trained vs zero vs random, one fixed command
   play <Task> --help                                 every flag of that task"""
 
 
@@ -68,6 +68,11 @@ class PlayFlags:
     """A model camera name or number (-1: free camera). Default: the model's first camera, else a free one."""
     export: bool = False
     """Export the policy to <run_dir>/exported/policy.onnx (+ policy.pt, policy.json), checked against torch."""
+    baselines: bool = False
+    """Also evaluate zero and random actions with the same seed, env settings and commands; print one table
+    (trained / zero / random) and add them to eval.json under "baselines"."""
+    command: tuple[float, float, float] | None = None
+    """Velocity tasks: command VX VY WZ (m/s, m/s, rad/s; base frame) in every episode instead of random draws."""
 
 
 def parse_args(argv: list[str]) -> tuple[str, Any]:
@@ -109,6 +114,10 @@ def check_flags(flags: Any) -> None:
         if w < 2 or h < 2 or w % 2 or h % 2:
             raise UsageError(f"--video-width/--video-height must be even numbers >= 2 (H.264), got {w}x{h}")
     if flags.policy != "checkpoint":
+        if flags.baselines:
+            raise UsageError(
+                f"--baselines compares a checkpoint's policy with zero and random actions: drop --agent {flags.policy}"
+            )
         if flags.export:
             raise UsageError(f"--export needs a trained policy, not --agent {flags.policy}")
         if flags.checkpoint is not None or flags.load_run is not None:
@@ -127,79 +136,11 @@ def _device(flags: Any) -> str:
     return plan.devices[0]
 
 
-def evaluate(env, act, episodes: int, frame_sink=None, video_length: int = 0) -> dict[str, Any]:
-    """Run `act(obs) -> actions` until every env finished ceil(episodes / num_envs) episodes (and the video,
-    if any, has `video_length` frames). Returns returns/lengths of the first `episodes` of them (taken round
-    by round over the environments) and the env's Episode_* log averaged over every episode that ended."""
-    import torch
-
-    n = env.num_envs
-    quota = math.ceil(episodes / n)
-    device = env.device
-    returns = torch.zeros(n, quota, device=device)
-    lengths = torch.zeros(n, quota, device=device)
-    count = torch.zeros(n, dtype=torch.long, device=device)
-    current_return = torch.zeros(n, device=device)
-    current_length = torch.zeros(n, device=device)
-    rows = torch.arange(n, device=device)
-    log_sums: dict[str, torch.Tensor] = {}
-    ended = torch.zeros((), device=device)
-    obs = env.get_observations()
-    max_steps = quota * int(env.max_episode_length) + 1
-    steps = frames = 0
-    with torch.inference_mode():
-        while True:
-            evaluated = steps >= max_steps or bool((count >= quota).all())
-            if evaluated and (frame_sink is None or frames >= video_length):
-                break
-            if frame_sink is not None and frames < video_length:
-                frame_sink()
-                frames += 1
-            obs, rewards, dones, extras = env.step(act(obs))
-            current_return += rewards
-            current_length += 1
-            record = dones & (count < quota)
-            slot = count.clamp(max=quota - 1)
-            returns[rows, slot] = torch.where(record, current_return, returns[rows, slot])
-            lengths[rows, slot] = torch.where(record, current_length, lengths[rows, slot])
-            count += record.long()
-            current_return *= ~dones
-            current_length *= ~dones
-            finished = extras.get("episodes_finished", dones.sum())
-            ended += finished
-            for key, value in extras.get("log", {}).items():
-                if key.startswith("Episode"):
-                    log_sums[key] = log_sums.get(key, 0.0) + value * finished
-            steps += 1
-    valid = (torch.arange(quota, device=device)[None, :] < count[:, None]).T.reshape(-1)
-    chosen_returns = returns.T.reshape(-1)[valid][:episodes].double().cpu()
-    chosen_lengths = lengths.T.reshape(-1)[valid][:episodes].double().cpu()
-    k = len(chosen_returns)
-    total_ended = float(ended)
-    result: dict[str, Any] = {
-        "episodes": k,
-        "mean_return": float(chosen_returns.mean()) if k else None,
-        "std_return": float(chosen_returns.std(correction=0)) if k else None,
-        "min_return": float(chosen_returns.min()) if k else None,
-        "max_return": float(chosen_returns.max()) if k else None,
-        "mean_episode_length": float(chosen_lengths.mean()) if k else None,
-        "std_episode_length": float(chosen_lengths.std(correction=0)) if k else None,
-        "max_episode_length": int(env.max_episode_length),
-        "episode_metrics": {
-            key: float(total) / total_ended for key, total in sorted(log_sums.items()) if total_ended > 0
-        },
-        "episodes_ended": int(total_ended),
-        "steps": steps,
-        "env_steps": steps * n,
-        "video_frames": frames,
-    }
-    return result
-
-
 def play(task_name: str, flags: Any) -> dict[str, Any]:
     import torch
     import warp as wp
 
+    from mjfleet.evaluation import BASELINES, evaluate
     from mjfleet.runs.checkpoints import find_checkpoint, read_checkpoint
     from mjfleet.tasks import get_task
 
@@ -210,6 +151,11 @@ def play(task_name: str, flags: Any) -> dict[str, Any]:
         env_cfg.num_envs = DEFAULT_NUM_ENVS
     if env_cfg.num_envs < 1:
         raise UsageError(f"--num-envs must be >= 1, got {env_cfg.num_envs}")
+    if flags.command is not None:
+        commands = getattr(env_cfg, "commands", None)
+        if not callable(getattr(commands, "fix", None)):
+            raise UsageError(f"--command: {spec.name} takes no velocity command")
+        commands.fix(*flags.command)
     device = _device(flags)
 
     state = checkpoint = None
@@ -217,7 +163,7 @@ def play(task_name: str, flags: Any) -> dict[str, Any]:
         experiment = pathlib.Path(flags.logs_root) / agent_cfg.experiment_name
         checkpoint = find_checkpoint(experiment, flags.load_run, flags.checkpoint)
         state = read_checkpoint(checkpoint, map_location="cpu")
-        _notice_differences(spec.name, env_cfg, state)
+        _notice_differences(spec.name, env_cfg, state, fixed_command=flags.command is not None)
         out_dir = checkpoint.parent
         label = f"{checkpoint.name} (iteration {state['iter']})"
     else:
@@ -263,6 +209,7 @@ def play(task_name: str, flags: Any) -> dict[str, Any]:
             video_writer, video_recorder = writer, recorder
             frame_sink = lambda: video_writer.write(video_recorder.frame())  # noqa: E731
         try:
+            torch.manual_seed(agent_cfg.seed)  # the baselines start from the same states and commands
             result = evaluate(
                 env,
                 act,
@@ -279,6 +226,18 @@ def play(task_name: str, flags: Any) -> dict[str, Any]:
                 recorder.close()
         if writer is not None:
             writer.close()
+
+        baselines = None
+        if flags.baselines:
+            baselines = {}
+            for name in BASELINES:
+                # A fresh environment seeded as the first: the same per-environment physics draws, pushes,
+                # initial states and commands (the random policy draws from a generator of its own).
+                torch.manual_seed(agent_cfg.seed)
+                baseline_env = spec.make_env(env_cfg, device)
+                policy = _baseline_policy(name, baseline_env, agent_cfg.seed)
+                torch.manual_seed(agent_cfg.seed)
+                baselines[name] = evaluate(baseline_env, policy, flags.episodes)
 
         exported = None
         if flags.export:
@@ -306,7 +265,9 @@ def play(task_name: str, flags: Any) -> dict[str, Any]:
         "num_envs": env_cfg.num_envs,
         "device": device,
         "seed": agent_cfg.seed,
+        "command": list(flags.command) if flags.command is not None else None,
         **result,
+        "baselines": baselines,
         "wall_s": time.perf_counter() - start,
         "video": str(video_path) if video_path else None,
         "exported": exported,
@@ -318,20 +279,19 @@ def play(task_name: str, flags: Any) -> dict[str, Any]:
 
 
 def _actor_fn(actor, flags: Any, env):
-    import torch
-
     if actor is not None:
         stochastic = flags.stochastic
         return lambda obs: actor(obs, stochastic_output=stochastic)
-    clip = float(getattr(env.cfg, "clip_actions", 1.0))
-    shape = (env.num_envs, env.num_actions)
-    if flags.policy == "zero":
-        zeros = torch.zeros(shape, device=env.device)
-        return lambda obs: zeros
-    return lambda obs: (torch.rand(shape, device=env.device) * 2.0 - 1.0) * clip
+    return _baseline_policy(flags.policy, env, flags.agent.seed)
 
 
-def _notice_differences(task: str, env_cfg: Any, state: dict[str, Any]) -> None:
+def _baseline_policy(name: str, env, seed: int):
+    from mjfleet.evaluation import random_policy, zero_policy
+
+    return zero_policy(env) if name == "zero" else random_policy(env, seed)
+
+
+def _notice_differences(task: str, env_cfg: Any, state: dict[str, Any], fixed_command: bool = False) -> None:
     infos = state.get("infos") or {}
     if infos.get("task") and infos["task"] != task:
         print(f"note: the checkpoint was trained on {infos['task']}; playing it on {task}")
@@ -341,6 +301,8 @@ def _notice_differences(task: str, env_cfg: Any, state: dict[str, Any]) -> None:
     now = _flatten(_plain(dataclasses.asdict(env_cfg)))
     ignore = {"num_envs", "capture_graphs", "capture_step"}
     differ = [k for k in now if k in trained and k not in ignore and trained[k] != now[k]]
+    if fixed_command:  # --command changes these on purpose
+        differ = [k for k in differ if not k.startswith("commands.")]
     if differ:
         pairs = ", ".join(f"{k}={now[k]!r} (trained: {trained[k]!r})" for k in differ[:4])
         more = f" and {len(differ) - 4} more" if len(differ) > 4 else ""
@@ -386,11 +348,20 @@ def _print_summary(summary: dict[str, Any], label: str, output: pathlib.Path) ->
             f"± {summary['std_return']:.2f} over {summary['episodes']} episodes, mean episode length "
             f"{summary['mean_episode_length']:.1f} / {summary['max_episode_length']}"
         )
-    metrics = summary["episode_metrics"]
-    if metrics:
-        terms = [f"{k.split('/', 1)[-1]} {v:.4g}" for k, v in metrics.items()]
+    episode_terms = summary["episode_metrics"]
+    if episode_terms:
+        terms = [f"{k.split('/', 1)[-1]} {v:.4g}" for k, v in episode_terms.items()]
         for i in range(0, len(terms), 4):
             print("    " + "  ".join(terms[i : i + 4]))
+    if summary["command"] is not None:
+        print("command (vx, vy, wz): " + ", ".join(f"{v:g}" for v in summary["command"]))
+    if summary["metrics"]:
+        terms = [f"{k} {v:.4g}" for k, v in summary["metrics"].items()]
+        print("metrics (mean over steps): " + "  ".join(terms))
+    ended = ", ".join(f"{cause} {n}" for cause, n in summary["terminations"].items())
+    print(f"episodes ended: {summary['episodes_ended']} ({ended})")
+    if summary["baselines"]:
+        print(_comparison_table({"trained": summary, **summary["baselines"]}))
     if summary["video"]:
         print(f"video: {summary['video']} ({summary['video_frames']} frames)")
     exported = summary["exported"]
@@ -403,6 +374,34 @@ def _print_summary(summary: dict[str, Any], label: str, output: pathlib.Path) ->
             f"{exported['max_abs_diff_vs_torch']:.1e})"
         )
     print(f"eval written to {output}")
+
+
+def _comparison_table(results: dict[str, dict[str, Any]]) -> str:
+    """One row per policy: return, episode length, the task's metrics (simulator health left out), the episodes
+    ended per cause (falls, for a legged robot) and in all, each as evaluated with the same seed and settings."""
+    first = next(iter(results.values()))
+    metrics = [k for k in first["metrics"] if not k.startswith("sim_")]
+    causes = sorted({c for r in results.values() for c in r["terminations"] if c != "time_out"})
+    header = ["policy", "return", "ep. length", *metrics, *causes, "episodes ended"]
+    rows = [header]
+    for name, r in results.items():
+        row = [name, _number(r["mean_return"]), _number(r["mean_episode_length"])]
+        row += [_number(r["metrics"].get(k)) for k in metrics]
+        row += [str(r["terminations"].get(c, 0)) for c in causes]
+        row.append(str(r["episodes_ended"]))
+        rows.append(row)
+    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+    lines = [
+        "  ".join(
+            c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True))
+        )
+        for row in rows
+    ]
+    return "\n".join(lines)
+
+
+def _number(value: float | None) -> str:
+    return "-" if value is None else f"{value:.4g}"
 
 
 def _plain(value: Any) -> Any:

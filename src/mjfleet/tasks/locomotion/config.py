@@ -26,6 +26,12 @@ class CommandConfig:
     min_speed: float = 0.1
     """Planar commands slower than this (m/s) are set to zero: too small to walk, they only blur the task."""
 
+    def fix(self, vx: float, vy: float, wz: float) -> None:
+        """Command (vx, vy, wz) in every episode, never standing still (e.g. to evaluate tracking); a planar
+        command slower than `min_speed` still becomes zero."""
+        self.lin_vel_x, self.lin_vel_y, self.ang_vel_z = (vx, vx), (vy, vy), (wz, wz)
+        self.standing_fraction = 0.0
+
 
 @dataclass
 class NoiseConfig:

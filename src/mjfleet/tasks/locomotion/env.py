@@ -131,6 +131,7 @@ class LocomotionEnv(MujocoVecEnv):
         self.first_contact = torch.zeros(n, 4, dtype=torch.bool, device=dev)
         self._lin_vel_error = torch.zeros(n, device=dev)
         self._ang_vel_error = torch.zeros(n, device=dev)
+        self._mean_base_vel = torch.zeros(3, device=dev)
         self.base_lin_vel = torch.zeros(n, 3, device=dev)
         self.base_ang_vel = torch.zeros(n, 3, device=dev)
         self.gravity_b = torch.zeros(n, 3, device=dev)
@@ -239,6 +240,9 @@ class LocomotionEnv(MujocoVecEnv):
 
         torch.norm(self.commands[:, :2] - self.base_lin_vel[:, :2], dim=1, out=self._lin_vel_error)
         torch.abs(self.commands[:, 2] - self.base_ang_vel[:, 2], out=self._ang_vel_error)
+        # What the robots did, to hold against a fixed evaluation command: the mean base-frame (vx, vy, wz).
+        achieved = torch.cat((self.base_lin_vel[:, :2], self.base_ang_vel[:, 2:3]), dim=1)
+        torch.mean(achieved.nan_to_num(0.0, 0.0, 0.0), dim=0, out=self._mean_base_vel)
 
         # Commands: redrawn every resampling interval, counted in policy steps since the last draw (the draw itself
         # waits for `before_observations`: this step's reward and curriculum judge the command the policy saw).
@@ -407,6 +411,12 @@ class LocomotionEnv(MujocoVecEnv):
         log["Episode_Termination/fell"] = fell / episodes_finished.clamp(min=1)
         log["Metrics/lin_vel_error"] = self._lin_vel_error.nan_to_num(0.0, 0.0, 0.0).mean()
         log["Metrics/ang_vel_error"] = self._ang_vel_error.nan_to_num(0.0, 0.0, 0.0).mean()
+        vx, vy, wz = self._mean_base_vel.unbind()
+        log["Metrics/base_lin_vel_x"], log["Metrics/base_lin_vel_y"], log["Metrics/base_ang_vel_z"] = (
+            vx,
+            vy,
+            wz,
+        )
         log["Metrics/sim_overflow"] = ((self._overflow & _OVERFLOW_BITS) != 0).float().mean()
         log["Metrics/sim_solver_limit"] = ((self._overflow & _ITERATIONS_BIT) != 0).float().mean()
         log["Metrics/sim_linesearch_limit"] = ((self._overflow & _LS_ITERATIONS_BIT) != 0).float().mean()
