@@ -263,3 +263,25 @@ def test_sigterm_to_train_stops_cleanly_with_a_checkpoint_and_leaves_no_process_
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+@pytest.mark.slow
+def test_two_workers_accumulating_two_minibatches_with_periodic_evaluation_learn_cartpole(tmp_path):
+    """The README's Cartpole run on 2 CPU workers with --agent.algorithm.grad-sync-period 2 and --eval-interval 5:
+    one run directory, eval rows in metrics.jsonl, model_best.pt, and >= 95% of the maximum return."""
+    args = ["--gpu-ids", "None", "--cpu-workers", "2", "--agent.algorithm.grad-sync-period", "2"]
+    result = subprocess.run(
+        [str(BIN / "train"), "Cartpole-Balance", *args, "--eval-interval", "5", "--logs-root", str(tmp_path)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=3000,
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    (run_dir,) = (tmp_path / "cartpole_balance").iterdir()
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    evals = [r for r in rows if "Eval/mean_return" in r]
+    assert [r["iteration"] for r in evals] == [r["iteration"] for r in rows if (r["iteration"] + 1) % 5 == 0]
+    assert (run_dir / "model_best.pt").exists()
+    max_return = 250  # 5 s episodes at 50 steps/s, at most one reward point per step
+    assert evals[-1]["Eval/mean_return"] >= 0.95 * max_return, [r["Eval/mean_return"] for r in evals]

@@ -175,3 +175,29 @@ def test_grad_sync_period_outside_one_to_the_minibatch_count_is_refused():
         agent.algorithm.grad_sync_period = period
         with pytest.raises(ValueError, match="grad_sync_period"):
             FleetRunner(env, agent, None, "cpu")
+
+
+def test_periodic_evaluation_logs_eval_rows_keeps_the_best_and_changes_nothing_in_training(tmp_path):
+    from mjfleet.evaluation import evaluate
+
+    runs = []
+    for with_eval in (True, False):
+        runner, run_dir = _runner(tmp_path / str(with_eval), iterations_per_save=10)
+        if with_eval:
+            with torch.random.fork_rng():
+                spec, eval_cfg, _ = cartpole_configs(4, 8, episode_length_s=0.2)
+                eval_env = spec.make_env(eval_cfg)
+            runner.evaluator = lambda policy, env=eval_env: evaluate(env, policy, 4)
+            runner.eval_interval = 2
+        runner.learn(4)
+        runner.close()
+        runs.append((runner, run_dir))
+    (evaluated, run_dir), (plain, _) = runs
+    rows = [json.loads(line) for line in run_dir.metrics_file.read_text().splitlines()]
+    assert ["Eval/mean_return" in r for r in rows] == [False, True, False, True]
+    assert all(0 < rows[i]["Eval/mean_episode_length"] <= 10 for i in (1, 3))
+    best = torch.load(run_dir.path / "model_best.pt", map_location="cpu", weights_only=False)
+    assert best["infos"]["eval"]["mean_return"] == max(rows[i]["Eval/mean_return"] for i in (1, 3))
+    assert [it for it, _ in run_dir.checkpoints()] == [4]  # model_best.pt is outside the numbered checkpoints
+    for a, b in zip(evaluated.alg.trained, plain.alg.trained, strict=True):
+        assert torch.equal(a, b)

@@ -93,6 +93,11 @@ class TrainFlags:
     """wandb project (alias of --agent.wandb-project)."""
     wandb_upload_checkpoints: bool = False
     """With --logger wandb: log every saved checkpoint as a wandb model artifact."""
+    eval_interval: int = 0
+    """Every this many iterations, rank 0 evaluates the deterministic policy on environments of its own
+    (Eval/* in metrics.jsonl and the dashboard) and keeps the best as model_best.pt. 0: never."""
+    eval_episodes: int = 16
+    """Episodes per periodic evaluation (on min(this, 64) environments)."""
 
 
 @dataclass(frozen=True)
@@ -112,6 +117,8 @@ class TrainJob:
     wandb_upload_checkpoints: bool = False
     command: tuple[str, ...] = ()
     """The command line as typed (without the program name), for params/run.yaml and the resume hint."""
+    eval_interval: int = 0
+    eval_episodes: int = 16
 
 
 def parse_args(argv: list[str]) -> tuple[str, Any]:
@@ -144,6 +151,11 @@ def resolve(task_name: str, flags: Any, plan: WorkerPlan | None = None) -> Train
         )
     if agent.max_iterations < 1:
         raise UsageError(f"--max-iterations must be >= 1, got {agent.max_iterations}")
+    if flags.eval_interval < 0 or flags.eval_episodes < 1:
+        raise UsageError(
+            f"--eval-interval must be >= 0 and --eval-episodes >= 1, got {flags.eval_interval} and "
+            f"{flags.eval_episodes}"
+        )
     if env.decimation < 1:
         raise UsageError(f"--env.decimation must be >= 1, got {env.decimation}")
     if agent.save_interval < 1:
@@ -192,6 +204,8 @@ def resolve(task_name: str, flags: Any, plan: WorkerPlan | None = None) -> Train
         retention=retention,
         export_on_save=flags.export_on_save,
         wandb_upload_checkpoints=flags.wandb_upload_checkpoints,
+        eval_interval=flags.eval_interval,
+        eval_episodes=flags.eval_episodes,
     )
 
 
@@ -227,6 +241,9 @@ def train_worker(job: TrainJob) -> dict[str, Any]:
     stop = StopRequest(abort_on_repeat=job.plan.in_process, announce=ctx.is_main)
     with stop, wp.ScopedDevice(ctx.device):
         env = spec.make_env(job.env, ctx.device)
+        evaluator = None
+        if ctx.is_main and job.eval_interval > 0:
+            evaluator = _evaluator(spec, job, ctx.device)
         runner = FleetRunner(
             env,
             job.agent,
@@ -239,6 +256,8 @@ def train_worker(job: TrainJob) -> dict[str, Any]:
             export_on_save=job.export_on_save,
             upload_checkpoints=job.wandb_upload_checkpoints,
             update_threads=job.plan.update_threads,
+            evaluator=evaluator,
+            eval_interval=job.eval_interval,
         )
         if job.resume_from is not None:
             try:
@@ -292,6 +311,19 @@ def train_worker(job: TrainJob) -> dict[str, Any]:
         "mean_episode_length": record.get("mean_episode_length"),
         "run_dir": str(job.run_dir.path),
     }
+
+
+def _evaluator(spec, job: TrainJob, device: str):
+    """Rank 0's periodic evaluation: `evaluate` on environments of its own, built once (outside training's random
+    stream, so that evaluating changes nothing in training)."""
+    import torch
+
+    from mjfleet.evaluation import evaluate
+
+    cfg = dataclasses.replace(job.env, num_envs=min(job.eval_episodes, 64))
+    with torch.random.fork_rng(devices=[torch.device(device)] if device.startswith("cuda") else []):
+        env = spec.make_env(cfg, device)
+    return lambda policy: evaluate(env, policy, job.eval_episodes)
 
 
 def _plot(run_dir: RunDir) -> None:

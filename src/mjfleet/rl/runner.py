@@ -58,10 +58,17 @@ class FleetRunner:
         upload_checkpoints: bool = False,
         update_threads: int = 1,
         on_iteration: Callable[[dict[str, Any]], None] | None = None,
+        evaluator: Callable[[Callable], dict[str, Any]] | None = None,
+        eval_interval: int = 0,
     ) -> None:
         self.env = env
         self.on_iteration = on_iteration
         """Called with every iteration's record, on every rank (`bench` reads its timings there)."""
+        self.evaluator = evaluator
+        """Rank 0's periodic evaluation: called with the deterministic policy (observations -> actions) every
+        `eval_interval` iterations, it returns `mjfleet.evaluation.evaluate`'s summary."""
+        self.eval_interval = eval_interval
+        self.best_eval_return: float | None = None
         self.agent_cfg = agent_cfg
         self.run_dir = run_dir
         self.device = str(device)
@@ -183,6 +190,8 @@ class FleetRunner:
             if self.is_distributed and interval > 0 and (it + 1) % interval == 0:
                 self.check_consistency()
             record = self._record(it, episode, losses, t1 - t0, t2 - t1, steps_per_iteration)
+            if self.evaluator is not None and self.eval_interval > 0 and (it + 1) % self.eval_interval == 0:
+                record.update(self.evaluate_policy())
             self.last_record = record
             if self.on_iteration is not None:
                 self.on_iteration(record)
@@ -202,6 +211,28 @@ class FleetRunner:
         if self._saved_iteration != self.current_learning_iteration:
             self.save_checkpoint()
         return self.last_record
+
+    def evaluate_policy(self) -> dict[str, Any]:
+        """Evaluate the deterministic policy with `evaluator` (rank 0 alone: no collective inside, so the other
+        ranks simply wait at their next one) and keep the best policy so far as model_best.pt, outside the
+        checkpoint retention. The evaluation's random draws leave training's random stream as it was."""
+        actor = self.alg.get_policy()
+        was_training = actor.training
+        actor.eval()
+        device = torch.device(self.device)
+        try:
+            with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+                result = self.evaluator(lambda obs: actor(obs))  # type: ignore[misc]
+        finally:
+            actor.train(was_training)
+        mean_return = result["mean_return"]
+        out = {"Eval/mean_return": mean_return, "Eval/mean_episode_length": result["mean_episode_length"]}
+        out.update({f"Eval/{name}": value for name, value in result["metrics"].items()})
+        if mean_return is not None and (self.best_eval_return is None or mean_return > self.best_eval_return):
+            self.best_eval_return = mean_return
+            if self.run_dir is not None:
+                self.save(self.run_dir.path / "model_best.pt", infos={"eval": result})
+        return out
 
     def is_save_point(self, iteration: int) -> bool:
         """Whether a checkpoint is written after `iteration` (besides the end of training and a stop)."""
