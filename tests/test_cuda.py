@@ -214,3 +214,21 @@ def test_train_on_gpu_0_end_to_end(tmp_path):
     assert len(lines) == 3
     assert "cuda" in (run_dir / "params" / "run.yaml").read_text()
     assert json.loads(lines[-1])
+
+
+def test_two_workers_share_gpu_0_with_identical_parameters_and_one_run_directory(tmp_path):
+    """--workers-per-gpu 2: torchrunx spawns 2 workers with CUDA_VISIBLE_DEVICES, each with its own CUDA graphs,
+    gradients averaged over gloo as CUDA tensors, rank 0 alone writing; a consistency check after every iteration
+    stops the run if the ranks' parameters ever differ."""
+    result = subprocess.run(
+        [sys.executable, "-m", "mjfleet.cli.train", "Cartpole-Balance", "--gpu-ids", "0", "--workers-per-gpu", "2",
+         "--num-envs", "256", "--max-iterations", "3", "--agent.consistency-check-interval", "1",
+         "--logs-root", str(tmp_path)],
+        capture_output=True, text=True, timeout=900, env=os.environ.copy(),
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "2 workers (gloo, 2 per GPU)" in result.stdout
+    (run_dir,) = pathlib.Path(tmp_path).glob("*/*")
+    lines = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert len(lines) == 3 and lines[-1]["env_steps"] == 3 * 2 * 256 * 24
+    assert (run_dir / "model_3.pt").exists()

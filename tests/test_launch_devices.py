@@ -329,3 +329,21 @@ def test_describe_single_gpu():
 def test_describe_gpus_on_several_hosts():
     plan = make_plan(parse_gpu_ids(["0", "1"]), hosts=["a", "b"], cuda_device_count=2)
     assert plan.describe() == "GPUs 0, 1 on each host, 4 workers (nccl) on 2 hosts (a, b)"
+
+
+def test_several_workers_share_each_gpu_over_gloo():
+    one = make_plan(parse_gpu_ids(["0"]), workers_per_gpu=2, cuda_device_count=1)
+    assert one.devices == ("cuda:0", "cuda:0") and one.backend == "gloo" and not one.in_process
+    assert one.cuda_visible_devices == "0"
+    assert one.describe() == "GPU 0, 2 workers (gloo, 2 per GPU) on localhost"
+    two = make_plan(parse_gpu_ids(["0", "1"]), workers_per_gpu=2, cuda_device_count=2)
+    assert two.devices == ("cuda:0", "cuda:0", "cuda:1", "cuda:1") and two.world_size == 4
+    assert make_plan(parse_gpu_ids(["0", "1"]), cuda_device_count=2).backend == "nccl"
+
+
+@pytest.mark.parametrize(
+    ("request_", "per_gpu", "needle"), [(["None"], 2, "--cpu-workers"), (["0"], 0, ">= 1")]
+)
+def test_workers_per_gpu_on_cpu_or_below_one_is_a_usage_error(request_, per_gpu, needle):
+    with pytest.raises(UsageError, match=needle):
+        make_plan(parse_gpu_ids(request_), workers_per_gpu=per_gpu, cuda_device_count=1)

@@ -60,6 +60,7 @@ def worker_plan(flags: Any) -> WorkerPlan:
         cpu_workers=flags.cpu_workers,
         hosts=list(flags.hosts),
         threads=flags.threads,
+        workers_per_gpu=getattr(flags, "workers_per_gpu", 1),
     )
     if plan.notice and not getattr(flags, "quiet", False):
         print(plan.notice)

@@ -43,6 +43,9 @@ class TrainFlags:
     cpu_workers: int = 1
     """On CPU (--gpu-ids None, or by default on a machine without a GPU): number of CPU worker processes (gloo
     data-parallel)."""
+    workers_per_gpu: int = 1
+    """Workers sharing each selected GPU (then gloo with CUDA tensors, as nccl refuses two ranks on one GPU): for
+    small env counts and for testing the multi-worker CUDA path on one GPU, not for speed."""
     threads: int | None = None
     """Torch threads per worker, for everything. Default: 1 per CPU worker (use --cpu-workers to use more cores),
     and the PPO update may use the cores the workers leave idle when that measures faster; GPU workers split the
@@ -420,6 +423,10 @@ def _train_as_one_of_the_launchers_workers(task_name: str, flags: Any, argv: lis
     import torch.distributed as dist
 
     tokens = None if list(flags.gpu_ids) == ["auto"] else list(flags.gpu_ids)
+    if flags.workers_per_gpu != 1:
+        raise UsageError(
+            "--workers-per-gpu does not apply under a launcher such as torchrun: it placed the workers"
+        )
     plan = external_plan(parse_gpu_ids(tokens), flags.cpu_workers, list(flags.hosts), flags.threads)
     dist.init_process_group(plan.backend, init_method="env://")
     try:

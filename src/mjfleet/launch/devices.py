@@ -83,7 +83,7 @@ class WorkerPlan:
     hosts: tuple[str, ...] = ("localhost",)
     backend: Literal["nccl", "gloo"] = "gloo"
     cuda_visible_devices: str | None = None
-    """CUDA_VISIBLE_DEVICES for worker processes (local rank i -> i-th entry); None in CPU mode."""
+    """CUDA_VISIBLE_DEVICES for worker processes (local rank i -> the entry of its device); None in CPU mode."""
     threads_per_worker: int = 1
     """Torch intra-op threads per worker (torch.set_num_threads and OMP_NUM_THREADS; GPU workers: the host's
     cores split among them). CPU workers default to 1: warp's CPU kernels run on
@@ -137,7 +137,10 @@ class WorkerPlan:
         if self.in_process:
             return f"GPU {gpus} ({self.devices[0]}), 1 worker"
         per_host = " on each host" if len(self.hosts) > 1 else ""
-        return f"GPU{'s' if len(self.gpu_ids) > 1 else ''} {gpus}{per_host}, {workers} (nccl){where}"
+        sharing = ""
+        if self.workers_per_host > len(self.gpu_ids):
+            sharing = f", {self.workers_per_host // len(self.gpu_ids)} per GPU"
+        return f"GPU{'s' if len(self.gpu_ids) > 1 else ''} {gpus}{per_host}, {workers} ({self.backend}{sharing}){where}"
 
     def _where(self) -> str:
         if self.hosts == ("localhost",):
@@ -152,8 +155,13 @@ def make_plan(
     *,
     threads: int | None = None,
     cuda_device_count: int | None = None,
+    workers_per_gpu: int = 1,
 ) -> WorkerPlan:
     """Turn a `--gpu-ids` request, `--cpu-workers`, `--threads` and `--hosts` into a checked :class:`WorkerPlan`.
+
+    ``workers_per_gpu`` > 1 puts that many workers on each selected GPU. nccl refuses two ranks on one device, so
+    such a plan uses gloo with CUDA tensors: for small env counts and for testing the multi-worker CUDA path on a
+    machine with one GPU, not for speed.
 
     ``threads=None``: 1 torch thread per CPU worker, and the PPO update may use the host's cores split among its
     workers when that measures faster; GPU workers split this host's cores among themselves.
@@ -166,6 +174,8 @@ def make_plan(
         raise UsageError(f"--cpu-workers must be a whole number >= 1, got {cpu_workers!r}")
     if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
         raise UsageError(f"--threads must be a whole number >= 1, got {threads!r}")
+    if isinstance(workers_per_gpu, bool) or not isinstance(workers_per_gpu, int) or workers_per_gpu < 1:
+        raise UsageError(f"--workers-per-gpu must be a whole number >= 1, got {workers_per_gpu!r}")
     host_names = _resolve_hosts(hosts)
     count = _visible_gpu_count() if cuda_device_count is None else cuda_device_count
     cores = usable_cores()
@@ -185,6 +195,8 @@ def make_plan(
         else:
             request = GpuRequest("ids", (0,))
 
+    if request.mode == "cpu" and workers_per_gpu > 1:
+        raise UsageError(f"--workers-per-gpu {workers_per_gpu} applies to GPUs; on CPU use --cpu-workers")
     if request.mode == "cpu":
         return WorkerPlan(
             devices=("cpu",) * cpu_workers,
@@ -207,16 +219,16 @@ def make_plan(
     ids = tuple(range(count)) if request.mode == "all" else request.ids
     visible = _cuda_visible_entries()
     physical = tuple(_physical_gpu(g, count, visible) for g in ids)
-    in_process = len(ids) * len(host_names) == 1 and is_this_host(host_names[0])
+    in_process = len(ids) * workers_per_gpu * len(host_names) == 1 and is_this_host(host_names[0])
     if in_process:
         devices = (f"cuda:{_index_in_this_process(ids[0], visible)}",)
-    else:
-        devices = tuple(f"cuda:{k}" for k in range(len(ids)))
-    threads_per_worker = threads or max(1, cores // len(ids))
+    else:  # worker i on the (i // workers_per_gpu)-th GPU of CUDA_VISIBLE_DEVICES
+        devices = tuple(f"cuda:{k}" for k in range(len(ids)) for _ in range(workers_per_gpu))
+    threads_per_worker = threads or max(1, cores // len(devices))
     return WorkerPlan(
         devices=devices,
         hosts=host_names,
-        backend="nccl",
+        backend="nccl" if workers_per_gpu == 1 else "gloo",
         cuda_visible_devices=",".join(physical),
         threads_per_worker=threads_per_worker,
         update_threads=threads_per_worker,

@@ -7,7 +7,8 @@ statistics and the agreed stop signal) go through the same reducer's `sum`.
 
 The strategies, and when `choose_reducer` picks them (`--agent.algorithm.gradient-reducer` overrides "auto"):
 
-- `all-reduce`: `torch.distributed.all_reduce`. Always on nccl (GPUs); also several hosts with many workers.
+- `all-reduce`: `torch.distributed.all_reduce`. Always on nccl (GPUs) and for CUDA tensors on gloo (several
+  workers sharing a GPU); also several hosts with many workers.
 - `all-gather`: every rank gathers every buffer and sums them locally in rank order. On gloo with a few workers
   it costs one round of messages where gloo's ring all-reduce needs several (docs/benchmarks.md).
 - `shared-memory`: CPU workers that share one x86 Linux host copy their buffers into slots of one /dev/shm
@@ -197,7 +198,7 @@ def choose_reducer(name: str, flat: torch.Tensor) -> Reducer:
             and SharedMemory.available(flat.numel(), flat.dtype)
         ):
             name = "shared-memory"
-        elif backend == "gloo" and world <= ALL_GATHER_MAX_WORKERS:
+        elif backend == "gloo" and world <= ALL_GATHER_MAX_WORKERS and flat.device.type == "cpu":
             name = "all-gather"
         else:
             name = "all-reduce"
