@@ -90,7 +90,7 @@ def test_humanoid_terms_are_logged_and_signed_as_documented(flat):
     _stand_at_home(flat, command=(0.5, 0.0, 0.0))
     _, _, _, extras = flat.step(_zero_action(flat))
     w = flat.cfg.rewards
-    for term in ("single_stance", "feet_air_time", "track_lin_vel_xy", "track_ang_vel_z"):
+    for term in ("alive", "single_stance", "feet_air_time", "track_lin_vel_xy", "track_ang_vel_z"):
         assert getattr(w, term) > 0 and f"Episode_Reward/{term}" in extras["log"]
     for term in (
         "feet_slide",

@@ -104,6 +104,9 @@ class HumanoidEnv(LocomotionEnv):
         log["Metrics/self_contact"] = (self.self_contacts > 0).float().mean()
 
     # ---------------------------------------------------------------- rewards
+    def _reward_alive(self) -> torch.Tensor:
+        return (~self.terminated).float()
+
     def _moving(self) -> torch.Tensor:
         return self.commands[:, :2].norm(dim=1) > self.cfg.commands.min_speed
 
