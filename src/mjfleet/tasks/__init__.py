@@ -8,7 +8,7 @@ import importlib as _importlib
 import os as _os
 
 from mjfleet.errors import UsageError as _UsageError
-from mjfleet.tasks import cartpole, locomotion  # noqa: F401 - importing registers the Cartpole, Quadruped tasks
+from mjfleet.tasks import cartpole, humanoid, locomotion  # noqa: F401 - importing registers the tasks
 from mjfleet.tasks.registry import TaskSpec, get_task, register, task_names
 
 for _module in filter(None, (m.strip() for m in _os.environ.get("MJFLEET_TASK_MODULES", "").split(","))):

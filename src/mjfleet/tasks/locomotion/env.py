@@ -48,9 +48,24 @@ class LocomotionEnv(MujocoVecEnv):
     # a GPU); both are logged instead, as Metrics/sim_solver_limit and Metrics/sim_linesearch_limit.
     silenced_overflow_warnings = _ITERATIONS_BIT | _LS_ITERATIONS_BIT
 
+    # The robot, by the names in its model; another legged robot (tasks/humanoid) overrides these.
+    asset = "quadruped.xml"
+    joint_names: tuple[str, ...] = JOINT_NAMES
+    """Actuated joints, in actuator order (contiguous in qpos after the free joint)."""
+    feet: tuple[str, ...] = LEGS
+    """Foot prefixes: geom "<foot>_foot" and touch sensor "<foot>_foot_touch"."""
+    trunk: str = "trunk"
+    """The body whose mass is randomised."""
+    base_contact_geoms: tuple[str, ...] = ("trunk",)
+    """Geoms whose contact with anything ends the episode."""
+    undesired_contact_geoms: tuple[str, ...] = tuple(
+        f"{leg}_{part}" for leg in LEGS for part in ("thigh", "calf")
+    )
+    """Geoms whose contacts the undesired_contacts term counts."""
+
     # ------------------------------------------------------------------ model
     def build_model(self) -> mujoco.MjModel:
-        spec = mujoco.MjSpec.from_file(str(asset_path("quadruped.xml")))
+        spec = mujoco.MjSpec.from_file(str(asset_path(self.asset)))
         self.terrain: Terrain | None = None
         if self.cfg.terrain.kind == "rough":
             self.terrain = Terrain(self.cfg.terrain)
@@ -74,13 +89,13 @@ class LocomotionEnv(MujocoVecEnv):
     # ------------------------------------------------------------------ setup
     def setup(self) -> None:
         cfg, m, n, dev = self.cfg, self.mj_model, self.num_envs, self.device
-        if self.num_actions != len(JOINT_NAMES):
-            raise ValueError(f"expected {len(JOINT_NAMES)} actuators, the model has {self.num_actions}")
+        if self.num_actions != len(self.joint_names):
+            raise ValueError(f"expected {len(self.joint_names)} actuators, the model has {self.num_actions}")
 
-        # Actuators drive the 12 joints in order; their qpos/qvel entries are contiguous after the free joint.
-        joint_ids = [m.joint(name).id for name in JOINT_NAMES]
+        # Actuators drive the joints in order; their qpos/qvel entries are contiguous after the free joint.
+        joint_ids = [m.joint(name).id for name in self.joint_names]
         if list(m.actuator_trnid[:, 0]) != joint_ids:
-            raise ValueError("actuators must drive the leg joints in the order " + ", ".join(JOINT_NAMES))
+            raise ValueError("actuators must drive the joints in the order " + ", ".join(self.joint_names))
         qpos_adr, dof_adr = int(m.jnt_qposadr[joint_ids[0]]), int(m.jnt_dofadr[joint_ids[0]])
         self._qj = slice(qpos_adr, qpos_adr + len(joint_ids))
         self._vj = slice(dof_adr, dof_adr + len(joint_ids))
@@ -92,14 +107,13 @@ class LocomotionEnv(MujocoVecEnv):
         self.soft_joint_lower = mid - cfg.soft_joint_limit * half
         self.soft_joint_upper = mid + cfg.soft_joint_limit * half
 
-        self.trunk_geom = m.geom("trunk").id
-        self.foot_geoms = [m.geom(f"{leg}_foot").id for leg in LEGS]
-        self.leg_geoms = torch.tensor(
-            [m.geom(f"{leg}_{part}").id for leg in LEGS for part in ("thigh", "calf")], device=dev
-        )
-        self.trunk_body = m.body("trunk").id
+        self.trunk_geom = m.geom(self.base_contact_geoms[0]).id
+        self.base_geoms = torch.tensor([m.geom(g).id for g in self.base_contact_geoms], device=dev)
+        self.foot_geoms = [m.geom(f"{foot}_foot").id for foot in self.feet]
+        self.leg_geoms = torch.tensor([m.geom(g).id for g in self.undesired_contact_geoms], device=dev)
+        self.trunk_body = m.body(self.trunk).id
         self._touch_adr = torch.tensor(
-            [int(m.sensor_adr[m.sensor(f"{leg}_foot_touch").id]) for leg in LEGS], device=dev
+            [int(m.sensor_adr[m.sensor(f"{foot}_foot_touch").id]) for foot in self.feet], device=dev
         )
 
         # Zero-copy views of simulation state this task reads every step.
@@ -124,11 +138,12 @@ class LocomotionEnv(MujocoVecEnv):
         self._command_steps = torch.zeros(n, dtype=torch.long, device=dev)
         self.command_resample_steps = max(1, round(cfg.commands.resampling_time_s / self.step_dt))
         self._push_steps = self._draw_push_steps()
-        self.feet_air_time = torch.zeros(n, 4, device=dev)
-        self.foot_contact = torch.zeros(n, 4, dtype=torch.bool, device=dev)
+        nfeet = len(self.feet)
+        self.feet_air_time = torch.zeros(n, nfeet, device=dev)
+        self.foot_contact = torch.zeros(n, nfeet, dtype=torch.bool, device=dev)
         self._last_foot_contact = torch.zeros_like(self.foot_contact)
-        self._touchdown_air_time = torch.zeros(n, 4, device=dev)
-        self.first_contact = torch.zeros(n, 4, dtype=torch.bool, device=dev)
+        self._touchdown_air_time = torch.zeros(n, nfeet, device=dev)
+        self.first_contact = torch.zeros(n, nfeet, dtype=torch.bool, device=dev)
         self._lin_vel_error = torch.zeros(n, device=dev)
         self._ang_vel_error = torch.zeros(n, device=dev)
         self._mean_base_vel = torch.zeros(3, device=dev)
@@ -344,7 +359,7 @@ class LocomotionEnv(MujocoVecEnv):
 
     # ----------------------------------------------------------- terminations
     def compute_terminations(self) -> torch.Tensor:
-        trunk_contact = self.contact_counts[:, self.trunk_geom] > 0
+        trunk_contact = (self.contact_counts[:, self.base_geoms] > 0).any(dim=1)
         tilted = self.gravity_b[:, 2] > -math.cos(self.cfg.max_tilt)
         return trunk_contact | tilted
 
@@ -363,14 +378,15 @@ class LocomotionEnv(MujocoVecEnv):
         else:
             ground = torch.zeros(n, device=dev)
         yaw = (torch.rand(n, device=dev) * 2 - 1) * math.pi
-        joints = self.default_joint_pos + _uniform((n, 12), ev.joint_pos, dev)
+        nj = len(self.joint_names)
+        joints = self.default_joint_pos + _uniform((n, nj), ev.joint_pos, dev)
         joints = torch.maximum(torch.minimum(joints, self.joint_upper), self.joint_lower)
         qpos = torch.cat((xy, (ground + ev.spawn_height).unsqueeze(1), quat_from_yaw(yaw), joints), dim=1)
         qvel = torch.cat(
             (
                 _uniform((n, 3), ev.base_lin_vel, dev),
                 _uniform((n, 3), ev.base_ang_vel, dev),
-                _uniform((n, 12), ev.joint_vel, dev),
+                _uniform((n, nj), ev.joint_vel, dev),
             ),
             dim=1,
         )

@@ -1,0 +1,135 @@
+"""Humanoid velocity tracking: the locomotion task (commands, terrain, curriculum, events, privileged critic) with
+a G1-class biped, its gait terms and its terminations (pelvis, torso or head on the ground; too low; self-contact).
+"""
+
+from __future__ import annotations
+
+import mujoco
+import torch
+
+from mjfleet.tasks.humanoid.config import HumanoidConfig
+from mjfleet.tasks.locomotion.env import ROUGH_NCONMAX, ROUGH_NJMAX, LocomotionEnv
+
+SIDES = ("left", "right")
+LEG_JOINTS = ("hip_pitch", "hip_roll", "hip_yaw", "knee", "ankle_pitch", "ankle_roll")
+ARM_JOINTS = ("shoulder_pitch", "shoulder_roll", "shoulder_yaw", "elbow", "wrist_roll")
+JOINT_NAMES = (
+    *(f"{side}_{j}_joint" for side in SIDES for j in LEG_JOINTS),
+    "waist_yaw_joint",
+    *(f"{side}_{j}_joint" for side in SIDES for j in ARM_JOINTS),
+)
+UPPER_BODY_JOINTS = tuple(j for j in JOINT_NAMES if j.startswith("waist") or any(a in j for a in ARM_JOINTS))
+HIP_ROLL_YAW_JOINTS = tuple(f"{side}_{j}_joint" for side in SIDES for j in ("hip_roll", "hip_yaw"))
+# Rough ground: 11 collision geoms against one heightfield (at most 4 contacts each) plus the 5 leg pairs.
+HUMANOID_ROUGH_NCONMAX = max(ROUGH_NCONMAX, 11 * 4 + 5 * 4)
+
+
+class HumanoidEnv(LocomotionEnv):
+    """Humanoid-Velocity-Flat / -Rough: follow a commanded (vx, vy, yaw rate) in the pelvis frame."""
+
+    cfg: HumanoidConfig
+    asset = "humanoid.xml"
+    joint_names = JOINT_NAMES
+    feet = SIDES
+    trunk = "torso_link"
+    base_contact_geoms = ("pelvis", "torso", "head")
+    undesired_contact_geoms = (*(f"{side}_{part}" for side in SIDES for part in ("thigh", "shin", "hand")),)
+
+    def simulation_sizes(self) -> dict:
+        if self.terrain is None:
+            return super().simulation_sizes()
+        return {"nconmax": HUMANOID_ROUGH_NCONMAX, "njmax": ROUGH_NJMAX}
+
+    def setup(self) -> None:
+        super().setup()
+        m, n, dev = self.mj_model, self.num_envs, self.device
+        index = {name: i for i, name in enumerate(self.joint_names)}
+        self._upper_joints = torch.tensor([index[j] for j in UPPER_BODY_JOINTS], device=dev)
+        self._hip_joints = torch.tensor([index[j] for j in HIP_ROLL_YAW_JOINTS], device=dev)
+
+        # Feet: the ankle-roll bodies; the sole lies a fixed distance below the body's origin (from the keyframe).
+        self._foot_bodies = torch.tensor([m.body(f"{side}_ankle_roll_link").id for side in SIDES], device=dev)
+        data = mujoco.MjData(m)
+        mujoco.mj_resetDataKeyframe(m, data, m.key("home").id)
+        mujoco.mj_kinematics(m, data)
+        self.sole_offset = float(data.xpos[m.body("left_ankle_roll_link").id][2])  # the soles are at z = 0
+        self.foot_pos = torch.zeros(n, len(SIDES), 3, device=dev)
+        self.foot_vel_xy = torch.zeros(n, len(SIDES), 2, device=dev)
+        self._last_foot_xy = torch.zeros(n, len(SIDES), 2, device=dev)
+
+        # Self-contact: any contact between two robot geoms (only the model's leg pairs can make one).
+        self._robot_geom = torch.tensor(m.geom_bodyid != 0, device=dev)
+        rows = self._contact_world.shape[0]
+        self._self_contact_slots = torch.zeros(n + rows, device=dev)
+        self._self_contact_sink = n + torch.arange(rows, device=dev)
+        self._row_ones = torch.ones(rows, device=dev)
+        self.self_contacts = self._self_contact_slots[:n]
+
+    # ------------------------------------------------------------------ state
+    def _update_contacts(self) -> None:
+        super()._update_contacts()
+        geoms = self._contact_geom.long().clamp(0, self.mj_model.ngeom - 1)
+        valid = self._contact_slot.squeeze(1) < self._nacon
+        both = valid & self._robot_geom[geoms[:, 0]] & self._robot_geom[geoms[:, 1]]
+        index = torch.where(both, self._contact_world.long(), self._self_contact_sink)
+        self._self_contact_slots.zero_()
+        self._self_contact_slots.index_add_(0, index, self._row_ones)
+
+    def post_physics_step(self) -> None:
+        super().post_physics_step()
+        # Foot velocity by finite difference over the policy step; 0 on an episode's first step (the previous
+        # position belongs to the episode before).
+        self.foot_pos = self.sim.xpos[:, self._foot_bodies]
+        xy = self.foot_pos[..., :2]
+        fresh = (self.episode_length_buf > 1).float().view(-1, 1, 1)
+        torch.mul((xy - self._last_foot_xy) / self.step_dt, fresh, out=self.foot_vel_xy)
+        self._last_foot_xy.copy_(xy)
+
+    def foot_height(self) -> torch.Tensor:
+        """(num_envs, 2) height of each sole above the ground under it (m)."""
+        ground = self.terrain_height(self.foot_pos[..., :2])
+        return self.foot_pos[..., 2] - self.sole_offset - ground
+
+    def base_height(self) -> torch.Tensor:
+        qpos = self.sim.qpos
+        return qpos[:, 2] - self.terrain_height(qpos[:, 0:2])
+
+    # ----------------------------------------------------------- terminations
+    def compute_terminations(self) -> torch.Tensor:
+        too_low = self.base_height() < self.cfg.min_base_height
+        return super().compute_terminations() | too_low | (self.self_contacts > 0)
+
+    def finish_step(self, log: dict[str, torch.Tensor], episodes_finished: torch.Tensor) -> None:
+        super().finish_step(log, episodes_finished)
+        log["Metrics/self_contact"] = (self.self_contacts > 0).float().mean()
+
+    # ---------------------------------------------------------------- rewards
+    def _reward_alive(self) -> torch.Tensor:
+        return (~self.terminated).float()
+
+    def _moving(self) -> torch.Tensor:
+        return self.commands[:, :2].norm(dim=1) > self.cfg.commands.min_speed
+
+    def _reward_single_stance(self) -> torch.Tensor:
+        return (self.foot_contact.sum(dim=1) == 1).float() * self._moving()
+
+    def _reward_feet_slide(self) -> torch.Tensor:
+        return (self.foot_vel_xy.norm(dim=-1) * self.foot_contact).sum(dim=1)
+
+    def _reward_foot_clearance(self) -> torch.Tensor:
+        shortfall = (self.cfg.foot_clearance_height - self.foot_height()).clamp(min=0.0)
+        swinging = ~self.foot_contact
+        return (shortfall.square() * self.foot_vel_xy.norm(dim=-1) * swinging).sum(dim=1)
+
+    def _reward_base_height(self) -> torch.Tensor:
+        return (self.base_height() - self.cfg.base_height_target).square()
+
+    def _joint_deviation(self, joints: torch.Tensor) -> torch.Tensor:
+        q = self.sim.qpos[:, self._qj] - self.default_joint_pos
+        return q[:, joints].abs().sum(dim=1)
+
+    def _reward_joint_deviation_upper(self) -> torch.Tensor:
+        return self._joint_deviation(self._upper_joints)
+
+    def _reward_joint_deviation_hips(self) -> torch.Tensor:
+        return self._joint_deviation(self._hip_joints)
