@@ -18,7 +18,6 @@ import logging
 
 import torch
 from rsl_rl.algorithms import PPO
-from torch import nn
 
 from mjfleet.rl.fast import Declined, FastUpdate
 from mjfleet.rl.reduce import Reducer, choose_reducer
@@ -69,6 +68,8 @@ class FleetPPO(PPO):
         self.flat_grad = torch.zeros(sum(sizes) + 1, device=self.device)
         for p, g in zip(self.trained, self.flat_grad[:-1].split(sizes), strict=True):
             p.grad = g.view_as(p)
+        num_actor = sum(p.numel() for p in self.actor.parameters() if p.requires_grad)
+        self._network_grads = (self.flat_grad[:num_actor], self.flat_grad[num_actor:-1])
         self._gradient_sum = torch.zeros_like(self.flat_grad)  # grad_sync_period > 1: the group's running sum
         self._grouped = 0
         self.reducer: Reducer | None = None
@@ -225,8 +226,12 @@ class FleetPPO(PPO):
             kl = self.flat_grad[-1] if kl is not None else None
         if kl is not None:
             self.adapt_learning_rate(kl.item())  # the update's one host read per minibatch
-        nn.utils.clip_grad_norm_(self.actor.parameters(), self.max_grad_norm)
-        nn.utils.clip_grad_norm_(self.critic.parameters(), self.max_grad_norm)
+        # rsl_rl clips the actor's and the critic's gradients to max_grad_norm each (clip_grad_norm_); the same
+        # arithmetic on each network's slice of the flat buffer takes a sixth of its operations
+        norms = torch.stack([torch.linalg.vector_norm(g) for g in self._network_grads])
+        scales = (self.max_grad_norm / (norms + 1e-6)).clamp_(max=1.0)
+        for grads, scale in zip(self._network_grads, scales.unbind(), strict=True):
+            grads.mul_(scale)
         self.optimizer.step()
 
     def adapt_learning_rate(self, kl: float) -> None:
