@@ -79,12 +79,16 @@ class FastUpdate:
         return t.actions
 
     def policy_changed(self) -> None:
+        """Re-read what the rollout caches (the std terms, the normalisers' statistics)."""
         self.gradients.refresh()
 
     def minibatches(self):
         """(minibatches, gradients) for FleetPPO's minibatch loop: rsl_rl's minibatches and this engine's
         gradients; on CUDA those minibatches' rows and a replayed graph."""
         alg = self.alg
+        # What the engine copies from the networks is read afresh: the parameters may have been loaded directly
+        # (a state dict), without FleetPPO.policy_changed.
+        self.gradients.refresh()
         if self.capture:
             try:
                 return self._graphed_minibatches()
