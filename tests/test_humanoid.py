@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from task_envs import make_task_env
 
 from mjfleet.rl import FleetRunner
 from mjfleet.tasks import get_task, task_names
@@ -19,11 +20,7 @@ NUM_ENVS = 4
 
 
 def _make(task: str) -> HumanoidEnv:
-    spec = get_task(task)
-    cfg = spec.env_config()
-    cfg.num_envs = NUM_ENVS
-    torch.manual_seed(0)
-    return spec.make_env(cfg, "cpu")
+    return make_task_env(task, NUM_ENVS)
 
 
 @pytest.fixture(scope="module")

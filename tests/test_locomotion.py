@@ -13,6 +13,7 @@ import mujoco
 import numpy as np
 import pytest
 import torch
+from task_envs import make_task_env
 
 from mjfleet.assets import asset_path
 from mjfleet.rl import FleetRunner
@@ -25,11 +26,7 @@ NUM_ENVS = 6
 
 
 def _make(task: str) -> LocomotionEnv:
-    spec = get_task(task)
-    cfg = spec.env_config()
-    cfg.num_envs = NUM_ENVS
-    torch.manual_seed(0)
-    return spec.make_env(cfg, "cpu")
+    return make_task_env(task, NUM_ENVS)
 
 
 @pytest.fixture(scope="module")
