@@ -122,6 +122,9 @@ def test_train_writes_a_complete_run_directory(tmp_path):
     env_cfg = yaml.safe_load((run_dir / "params" / "env.yaml").read_text())
     agent_cfg = yaml.safe_load((run_dir / "params" / "agent.yaml").read_text())
     assert env_cfg["num_envs"] == 32 and agent_cfg["max_iterations"] == 3
+    versions = yaml.safe_load((run_dir / "params" / "versions.yaml").read_text())
+    assert versions["rsl-rl-lib"] == "5.5.1" and versions["warp-lang"] == "1.19.0"
+    assert not (run_dir / "params" / "git.yaml").exists()  # tmp_path is in no git repository
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert len(records) == 3 and records[-1]["env_steps"] == 3 * 8 * 32
     summary = result.stdout.strip().splitlines()[-1]

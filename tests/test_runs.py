@@ -498,3 +498,24 @@ def test_tensorboard_gets_rsl_rls_throughput_tag_beside_mjfleets_and_metrics_jso
     assert (fps.step, fps.value) == (3, 1234.5)
     (line,) = (tmp_path / "metrics.jsonl").read_text().splitlines()
     assert "Perf/total_fps" not in json.loads(line)
+
+
+def test_the_git_state_is_the_commit_and_the_diff_of_the_working_tree(tmp_path):
+    import subprocess
+
+    from mjfleet.runs.provenance import git_state
+
+    assert git_state(tmp_path) is None  # not a repository
+
+    def git(*args):
+        return subprocess.run(["git", *args], cwd=tmp_path, capture_output=True, text=True, check=True).stdout
+
+    git("init", "-q")
+    (tmp_path / "task.py").write_text("GAIN = 1\n")
+    git("add", "task.py")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "x")
+    state, diff = git_state(tmp_path)
+    assert state == {"commit": git("rev-parse", "HEAD").strip(), "dirty": False} and diff == ""
+    (tmp_path / "task.py").write_text("GAIN = 2\n")
+    state, diff = git_state(tmp_path)
+    assert state["dirty"] and "+GAIN = 2" in diff

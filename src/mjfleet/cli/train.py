@@ -275,6 +275,7 @@ def train_worker(job: TrainJob) -> dict[str, Any]:
             print(f"gradients averaged after every minibatch by {runner.reducer_name}", flush=True)
         if ctx.is_main:
             job.run_dir.create()
+            _write_provenance(job.run_dir)
             job.run_dir.write_params(
                 env=job.env,
                 agent=job.agent,
@@ -314,6 +315,18 @@ def train_worker(job: TrainJob) -> dict[str, Any]:
         "mean_episode_length": record.get("mean_episode_length"),
         "run_dir": str(job.run_dir.path),
     }
+
+
+def _write_provenance(run_dir: RunDir) -> None:
+    """params/versions.yaml, and inside a git repository params/git.yaml (commit, dirty) and params/git.diff."""
+    from mjfleet.runs.provenance import git_state, versions
+
+    state = git_state()
+    if state is not None:
+        run_dir.write_params(git=state[0])
+        if state[0]["dirty"]:
+            (run_dir.path / "params" / "git.diff").write_text(state[1])
+    run_dir.write_params(versions=versions())
 
 
 def _evaluator(spec, job: TrainJob, device: str):
