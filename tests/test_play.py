@@ -5,6 +5,7 @@ import os
 import pathlib
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -156,6 +157,13 @@ def test_export_writes_an_onnx_policy_that_matches_torch(trained, played):
     # How an action becomes a control, with the actuator's limits MuJoCo applies (the cart's motor: -1..1)
     assert meta["actions"]["ctrlrange"] == [[-1.0, 1.0]]
     assert meta["actions"]["control"].startswith("ctrl = clip(action_scale * clip(action")
+    assert meta["actions"]["joint_names"] == ["slider"] and meta["actions"]["stiffness"] == [None]  # a motor
+    assert meta["versions"]["rsl-rl-lib"] == "5.5.1"
+    # The same metadata inside the ONNX model, for a deployment that has only policy.onnx
+    import onnx
+
+    props = {p.key: json.loads(p.value) for p in onnx.load(str(exported / "policy.onnx")).metadata_props}
+    assert props == {k: v for k, v in meta.items() if k not in ("files", "torchscript")}
 
     # Check it independently: a batch of observations through onnxruntime and through the checkpoint's policy.
     state = read_checkpoint(run_dir / f"model_{ITERATIONS}.pt")
@@ -288,6 +296,22 @@ def test_exporting_an_older_checkpoint_notes_that_it_replaces_a_newer_export(tmp
     assert capsys.readouterr().out == ""
     _note_replaced_export(metadata, 100)
     assert "export of iteration 300 with iteration 100" in capsys.readouterr().out
+
+
+def test_the_quadrupeds_export_names_each_actions_joint_and_its_pd_gains():
+    from mjfleet.rl.export import policy_metadata
+    from mjfleet.tasks import get_task
+
+    spec = get_task("Quadruped-Velocity-Flat")
+    cfg = spec.env_config()
+    cfg.num_envs = 2
+    env = spec.make_env(cfg, "cpu")
+    actor = SimpleNamespace(obs_groups=["actor"], obs_normalization=False)
+    actions = policy_metadata(env, actor, env.get_observations(), spec.name)["actions"]
+    model = env.mj_model
+    assert actions["joint_names"] == [model.joint(model.actuator_trnid[i, 0]).name for i in range(model.nu)]
+    assert len(actions["joint_names"]) == 12 and actions["stiffness"] == [35.0] * 12
+    assert actions["damping"] == [0.5] * 12  # the servos' kv (assets/quadruped.xml)
 
 
 def test_play_notes_only_the_env_settings_that_differ_from_training(capsys):

@@ -74,6 +74,7 @@ def policy_metadata(env, actor, obs: TensorDict, task: str, **extra: Any) -> dic
     mj_model = getattr(env, "mj_model", None)
     if mj_model is not None:
         actions["actuators"] = [mj_model.actuator(i).name for i in range(mj_model.nu)]
+        actions.update(_actuated_joints(mj_model))
         # MuJoCo clamps each limited actuator's control to its range: a deployment must too.
         actions["ctrlrange"] = [
             [float(lo), float(hi)] if limited else None
@@ -86,8 +87,43 @@ def policy_metadata(env, actor, obs: TensorDict, task: str, **extra: Any) -> dic
             f"ctrl = clip({target}action_scale * clip(action, -clip_actions, clip_actions), ctrlrange)"
         )
     meta["actions"] = actions
+    from mjfleet.runs.provenance import versions
+
+    meta["versions"] = versions()
     meta.update({k: _plain(v) for k, v in extra.items()})
     return meta
+
+
+def _actuated_joints(mj_model) -> dict[str, Any]:
+    """The joint each actuator drives, in action order, and for position actuators (MuJoCo's `position`: force =
+    kp (ctrl - q) - kv qdot) their gains; None where an actuator is not of that kind."""
+    import mujoco
+
+    joints, stiffness, damping = [], [], []
+    for i in range(mj_model.nu):
+        on_joint = mj_model.actuator_trntype[i] == mujoco.mjtTrn.mjTRN_JOINT
+        joints.append(mj_model.joint(mj_model.actuator_trnid[i, 0]).name if on_joint else None)
+        kp, bias = float(mj_model.actuator_gainprm[i, 0]), mj_model.actuator_biasprm[i]
+        position = (
+            mj_model.actuator_gaintype[i] == mujoco.mjtGain.mjGAIN_FIXED
+            and mj_model.actuator_biastype[i] == mujoco.mjtBias.mjBIAS_AFFINE
+            and float(bias[1]) == -kp
+        )
+        stiffness.append(kp if position else None)
+        damping.append(-float(bias[2]) if position else None)
+    return {"joint_names": joints, "stiffness": stiffness, "damping": damping}
+
+
+def _write_onnx_metadata(path: pathlib.Path, meta: dict[str, Any]) -> None:
+    """Each top-level entry of policy.json as a JSON string in the ONNX model's metadata_props, so that a
+    deployment holding only policy.onnx has them (onnx.load(path).metadata_props)."""
+    import onnx
+
+    model = onnx.load(str(path))
+    del model.metadata_props[:]
+    for key, value in meta.items():
+        model.metadata_props.add(key=key, value=json.dumps(value))
+    onnx.save(model, str(path))
 
 
 def export_policy(
@@ -106,6 +142,8 @@ def export_policy(
     tmp = out_dir / ".policy.tmp.onnx"
     _export_onnx(actor, tmp)
     max_diff = check_onnx(tmp, actor, obs)
+    onnx_info = {"opset": ONNX_OPSET, "max_abs_diff_vs_torch": max_diff, "tolerance": ONNX_TOLERANCE}
+    _write_onnx_metadata(tmp, {**metadata, "onnx": onnx_info})
     os.replace(tmp, onnx_path)
     written["onnx"] = onnx_path
 
@@ -129,7 +167,7 @@ def export_policy(
 
     meta = dict(metadata)
     meta["files"] = {kind: path.name for kind, path in written.items()}
-    meta["onnx"] = {"opset": ONNX_OPSET, "max_abs_diff_vs_torch": max_diff, "tolerance": ONNX_TOLERANCE}
+    meta["onnx"] = onnx_info
     if torchscript_diff is not None:
         meta["torchscript"] = {"max_abs_diff_vs_torch": torchscript_diff, "tolerance": ONNX_TOLERANCE}
     json_path = out_dir / "policy.json"
