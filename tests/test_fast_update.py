@@ -163,6 +163,9 @@ def test_a_failure_at_the_first_minibatch_falls_back_to_the_reference(caplog):
         def __call__(self, batch):
             raise TypeError("elu_backward() got an unexpected keyword argument 'alpha'")
 
+        def refresh(self):
+            pass
+
     runs = []
     for break_it in (True, False):
         runner = _rollout_runner()
