@@ -86,10 +86,9 @@ class AllGather(Reducer):
 
 
 class NoReduce(Reducer):
-    name = "none"
+    """Gradients are not averaged; `sum` (statistics, the stop signal) stays the base class's all-reduce."""
 
-    def sum(self, values: torch.Tensor) -> None:
-        dist.all_reduce(values, op=dist.ReduceOp.SUM)  # statistics and the stop signal stay global
+    name = "none"
 
     def average(self, flat: torch.Tensor) -> None:
         pass  # each rank keeps its own gradients and KL
@@ -191,22 +190,25 @@ def choose_reducer(name: str, flat: torch.Tensor) -> Reducer:
         raise UsageError(
             f"--agent.algorithm.gradient-reducer {name}: GPU workers (nccl) average with all-reduce"
         )
+    # Collective (every rank learns the same): asked once, whether "auto" or "shared-memory" wants it.
+    shared_memory = (
+        name in ("auto", "shared-memory")
+        and backend == "gloo"
+        and flat.device.type == "cpu"
+        and SharedMemory.available(flat.numel(), flat.dtype)
+    )
     if name == "auto":
-        if (
-            backend == "gloo"
-            and flat.device.type == "cpu"
-            and SharedMemory.available(flat.numel(), flat.dtype)
-        ):
+        if shared_memory:
             name = "shared-memory"
         elif backend == "gloo" and world <= ALL_GATHER_MAX_WORKERS and flat.device.type == "cpu":
             name = "all-gather"
         else:
             name = "all-reduce"
     if name == "shared-memory":
-        if flat.device.type != "cpu" or not SharedMemory.available(flat.numel(), flat.dtype):
+        if not shared_memory:
             raise UsageError(
-                "--agent.algorithm.gradient-reducer shared-memory needs CPU workers on one x86 Linux host (gloo, 2-16 workers) "
-                "with room in /dev/shm"
+                "--agent.algorithm.gradient-reducer shared-memory needs CPU workers on one x86 Linux host "
+                "(gloo, 2-16 workers) with room in /dev/shm"
             )
         return SharedMemory(world, flat.numel(), flat.dtype)
     if name == "all-gather":
