@@ -296,6 +296,12 @@ def test_max_env_steps_becomes_the_iterations_that_reach_it_over_all_workers(cap
         ("train", ["--agent.load-checkpoint", "model_100.pt"], ["mjfleet's is --checkpoint 100"]),
         ("train", ["--agent.load-run", "2026-05-01"], ["mjfleet's is --load-run 2026-05-01"]),
         ("play", ["--log-root", "/tmp/l"], ["mjfleet's is --logs-root /tmp/l"]),
+        ("play", ["--viewer", "viser"], ["--viewer viser", "mjfleet's is --viewer, a switch with no value"]),
+        (
+            "play",
+            ["--wandb-checkpoint-name", "model_40.pt"],
+            ["mjfleet's is --checkpoint 40, with --wandb-run-path"],
+        ),
     ],
 )
 def test_an_mjlab_spelling_is_one_line_naming_mjfleets_flag(
@@ -313,10 +319,11 @@ def test_an_mjlab_spelling_is_one_line_naming_mjfleets_flag(
     assert not (tmp_path / "logs").exists()
 
 
-def test_a_plain_video_switch_is_not_taken_for_mjlabs_spelling():
+def test_plain_video_and_viewer_switches_are_not_taken_for_mjlabs_spelling():
     from mjfleet.cli.aliases import mjlab_flag_hint
 
     assert mjlab_flag_hint(["--video", "--video-length", "100"]) is None
+    assert mjlab_flag_hint(["--viewer", "--episodes", "2"]) is None
     assert mjlab_flag_hint(["--num-envs", "8"]) is None
 
 

@@ -51,7 +51,11 @@ def apply_aliases(flags: Any, sweeps: Collection[str] = ()) -> None:
 # has the full side-by-side table. These are consulted only after a command line failed to parse, so they can
 # never shadow a flag that a command or task does define.
 
-_BOOLEAN_WORDS = ("true", "false", "1", "0", "yes", "no")
+SWITCH_VALUES: dict[str, tuple[str, ...]] = {
+    "--video": ("true", "false", "1", "0", "yes", "no"),
+    "--viewer": ("native", "viser", "auto"),
+}
+"""mjfleet's switches that mjlab spells with a value: only these values make them mjlab's spelling."""
 
 
 def _device(value: str | None) -> str:
@@ -62,22 +66,28 @@ def _device(value: str | None) -> str:
     return "--gpu-ids <index> (or --gpu-ids None for CPU)"
 
 
-def _checkpoint(value: str | None) -> str:
+def _iteration(value: str | None) -> str:
+    """The N of mjlab's checkpoint name `model_N.pt` (mjfleet's --checkpoint takes the number)."""
     match = re.fullmatch(r"model_(\d+)\.pt", value or "")
-    number = match.group(1) if match else "<iteration>"
-    return f"--checkpoint {number} (an iteration number of the run, or a file path)"
+    return match.group(1) if match else "<iteration>"
 
 
 MJLAB_FLAGS: dict[str, Callable[[str | None], str]] = {
     "--env.scene.num-envs": lambda v: f"--num-envs {v or 'N'} (or --env.num-envs {v or 'N'})",
     "--agent.resume": lambda v: "--resume, a switch with no value (train; --load-run/--checkpoint imply it)",
     "--agent.load-run": lambda v: f"--load-run {v or '<regex or path>'}",
-    "--agent.load-checkpoint": _checkpoint,
+    "--agent.load-checkpoint": lambda v: (
+        f"--checkpoint {_iteration(v)} (an iteration number of the run, or a path)"
+    ),
     "--checkpoint-file": lambda v: f"--checkpoint {v or '<file>'} (a file path, or an iteration number)",
     "--device": _device,
     "--log-root": lambda v: f"--logs-root {v or '<dir>'} (run directories: <logs-root>/<experiment>/<time>)",
     "--camera": lambda v: f"--video-camera {v or '<name or id>'}",
     "--video": lambda v: "--video, a switch with no value (leave it out for no video)",
+    "--viewer": lambda v: (
+        "--viewer, a switch with no value (MuJoCo's native viewer; there is no viser viewer)"
+    ),
+    "--wandb-checkpoint-name": lambda v: f"--checkpoint {_iteration(v)}, with --wandb-run-path",
 }
 """mjlab flag -> mjfleet's spelling, given the value the user wrote (None when there was none)."""
 
@@ -101,8 +111,8 @@ def mjlab_flag_hint(args: list[str]) -> str | None:
         if not has_value:
             following = args[i + 1] if i + 1 < len(args) else None
             value = following if following is not None and not following.startswith("--") else None
-        if name == "--video" and (value is None or value.lower() not in _BOOLEAN_WORDS):
-            continue  # a plain --video is mjfleet's own switch
+        if name in SWITCH_VALUES and (value is None or value.lower() not in SWITCH_VALUES[name]):
+            continue  # a plain --video or --viewer is mjfleet's own switch
         given = f"{name} {value}" if value is not None else name
         return f"`{given}` is mjlab's spelling; mjfleet's is {MJLAB_FLAGS[name](value)}"
     return None
