@@ -114,3 +114,33 @@ def test_a_broken_plugin_is_one_line_naming_its_distribution_and_entry_point(tmp
     (line,) = result.stderr.strip().splitlines()
     for needle in ("walker", "no_such_module", "broken-tasks 1.2", "mjfleet.tasks", "ModuleNotFoundError"):
         assert needle in line, line
+
+
+def test_a_plugin_entry_point_naming_a_function_is_called_once(tmp_path, monkeypatch):
+    from mjfleet.tasks import get_task, plugins, registry
+
+    site = tmp_path / "site"
+    (site / "more_tasks-0.1.dist-info").mkdir(parents=True)
+    (site / "more_tasks-0.1.dist-info" / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: more-tasks\nVersion: 0.1\n"
+    )
+    (site / "more_tasks-0.1.dist-info" / "entry_points.txt").write_text(
+        "[mjfleet.tasks]\nmore = more_tasks:add\n"
+    )
+    (site / "more_tasks.py").write_text(
+        "import dataclasses\n"
+        "from mjfleet.tasks import get_task, register\n"
+        "calls = []\n"
+        "def add():\n"
+        "    calls.append(1)\n"
+        "    register(dataclasses.replace(get_task('Cartpole-Balance'), name='Plugin-Cartpole'))\n"
+    )
+    monkeypatch.setattr(registry, "_TASKS", dict(registry._TASKS))
+    monkeypatch.setattr(plugins, "_loaded", set())
+    monkeypatch.syspath_prepend(str(site))
+    monkeypatch.delitem(sys.modules, "more_tasks", raising=False)
+    plugins.load_entry_points()
+    plugins.load_entry_points()  # as when a failed import of mjfleet.tasks is retried: no second registration
+    assert get_task("Plugin-Cartpole").env_class == get_task("Cartpole-Balance").env_class
+    assert sys.modules["more_tasks"].calls == [1]
+    monkeypatch.delitem(sys.modules, "more_tasks")
