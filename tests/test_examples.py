@@ -88,7 +88,8 @@ def test_an_installed_plugin_package_registers_its_task_for_tasks_and_train(tmp_
     env = _env_with(_install_plugin(tmp_path))
     listed = subprocess.run([str(BIN / "tasks")], capture_output=True, text=True, env=env, timeout=120)
     assert listed.returncode == 0, listed.stderr
-    assert "Pendulum-Balance" in listed.stdout
+    (line,) = [line for line in listed.stdout.splitlines() if line.startswith("Pendulum-Balance")]
+    assert line.endswith("[plug-in: mjfleet-pendulum 0.1.0]")
     trained = subprocess.run(
         [str(BIN / "train"), "Pendulum-Balance", "--gpu-ids", "None", "--num-envs", "8", "--max-iterations", "2",
          "--agent.num-steps-per-env", "8", "--logger", "none"],
@@ -137,10 +138,12 @@ def test_a_plugin_entry_point_naming_a_function_is_called_once(tmp_path, monkeyp
     )
     monkeypatch.setattr(registry, "_TASKS", dict(registry._TASKS))
     monkeypatch.setattr(plugins, "_loaded", set())
+    monkeypatch.setattr(plugins, "sources", {})
     monkeypatch.syspath_prepend(str(site))
     monkeypatch.delitem(sys.modules, "more_tasks", raising=False)
     plugins.load_entry_points()
     plugins.load_entry_points()  # as when a failed import of mjfleet.tasks is retried: no second registration
     assert get_task("Plugin-Cartpole").env_class == get_task("Cartpole-Balance").env_class
     assert sys.modules["more_tasks"].calls == [1]
+    assert plugins.sources["Plugin-Cartpole"] == "more-tasks 0.1"
     monkeypatch.delitem(sys.modules, "more_tasks")

@@ -19,12 +19,16 @@ import os
 import types
 
 from mjfleet.errors import UsageError, first_line
+from mjfleet.tasks.registry import task_names
 
 GROUP = "mjfleet.tasks"
 
 _loaded: set[tuple[str, str]] = set()
 """Entry points already loaded in this process. A failed import of `mjfleet.tasks` is retried by the next import
 statement; the plug-ins that did load must not register their tasks a second time then."""
+
+sources: dict[str, str] = {}
+"""Task name -> the distribution whose plug-in registered it ("name version"), for `uv run tasks`."""
 
 
 def load_entry_points() -> None:
@@ -34,6 +38,7 @@ def load_entry_points() -> None:
         if key in _loaded:
             continue
         _loaded.add(key)
+        before = set(task_names())
         try:
             loaded = entry_point.load()
             if callable(loaded) and not isinstance(loaded, types.ModuleType):
@@ -44,6 +49,9 @@ def load_entry_points() -> None:
                 f"task plug-in {entry_point.name} = {entry_point.value!r} (entry point group {GROUP!r} of "
                 f"{_distribution(entry_point)}) failed to load: {type(exc).__name__}: {first_line(exc)}"
             ) from None
+        dist = entry_point.dist
+        for name in set(task_names()) - before:
+            sources[name] = f"{dist.name} {dist.version}" if dist is not None else entry_point.value
 
 
 def _distribution(entry_point: importlib.metadata.EntryPoint) -> str:
