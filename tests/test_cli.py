@@ -274,3 +274,89 @@ def test_max_env_steps_becomes_the_iterations_that_reach_it_over_all_workers(cap
         "--max-env-steps 1,001: 7 iterations of 160 env steps (2 workers x 10 envs x 8 steps)"
         in capsys.readouterr().out
     )
+
+
+# --- mjlab's spellings: one line that names mjfleet's flag; `--task X` is the positional task ---------------------
+
+
+@pytest.mark.parametrize(
+    ("command", "args", "needles"),
+    [
+        (
+            "train",
+            ["--env.scene.num-envs", "4096"],
+            ["--env.scene.num-envs 4096` is mjlab's", "--num-envs 4096"],
+        ),
+        ("bench", ["--env.scene.num-envs=64"], ["--num-envs 64", "--env.num-envs 64"]),
+        ("train", ["--agent.resume", "True"], ["--agent.resume True", "mjfleet's is --resume"]),
+        ("play", ["--video", "True"], ["--video True", "mjfleet's is --video, a switch with no value"]),
+        ("play", ["--checkpoint-file", "logs/x/model_5.pt"], ["mjfleet's is --checkpoint logs/x/model_5.pt"]),
+        ("play", ["--device", "cuda:1"], ["--device cuda:1", "mjfleet's is --gpu-ids 1"]),
+        ("train", ["--device", "cpu"], ["mjfleet's is --gpu-ids None"]),
+        ("train", ["--agent.load-checkpoint", "model_100.pt"], ["mjfleet's is --checkpoint 100"]),
+        ("train", ["--agent.load-run", "2026-05-01"], ["mjfleet's is --load-run 2026-05-01"]),
+        ("play", ["--log-root", "/tmp/l"], ["mjfleet's is --logs-root /tmp/l"]),
+        ("play", ["--viewer", "viser"], ["--viewer viser", "mjfleet's is --viewer, a switch with no value"]),
+        (
+            "play",
+            ["--wandb-checkpoint-name", "model_40.pt"],
+            ["mjfleet's is --checkpoint 40, with --wandb-run-path"],
+        ),
+    ],
+)
+def test_an_mjlab_spelling_is_one_line_naming_mjfleets_flag(
+    command, args, needles, monkeypatch, capsys, tmp_path
+):
+    import importlib
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("MUJOCO_GL", os.environ.get("MUJOCO_GL", "egl"))  # play --video picks it otherwise
+    main = importlib.import_module(f"mjfleet.cli.{command}").main
+    with pytest.raises(SystemExit) as exit_info:
+        main(["Cartpole-Balance", "--gpu-ids", "None", *args])
+    err = capsys.readouterr().err
+    assert_one_line_usage_error(subprocess.CompletedProcess([], exit_info.value.code, "", err), *needles)
+    assert not (tmp_path / "logs").exists()
+
+
+def test_plain_video_and_viewer_switches_are_not_taken_for_mjlabs_spelling():
+    from mjfleet.cli.aliases import mjlab_flag_hint
+
+    assert mjlab_flag_hint(["--video", "--video-length", "100"]) is None
+    assert mjlab_flag_hint(["--viewer", "--episodes", "2"]) is None
+    assert mjlab_flag_hint(["--num-envs", "8"]) is None
+
+
+@pytest.mark.parametrize("command", ["train", "play", "bench"])
+@pytest.mark.parametrize("spelling", [["--task", "Cartpole-Swingup"], ["--task=Cartpole-Swingup"]])
+def test_task_flag_is_the_positional_task_in_every_command(command, spelling):
+    import dataclasses
+    import importlib
+
+    parse_args = importlib.import_module(f"mjfleet.cli.{command}").parse_args
+    as_flag = parse_args(["--num-envs", "8", *spelling, "--agent.seed", "3"])
+    positional = parse_args(["Cartpole-Swingup", "--num-envs", "8", "--agent.seed", "3"])
+    assert as_flag[0] == positional[0] == "Cartpole-Swingup"
+    assert dataclasses.asdict(as_flag[1]) == dataclasses.asdict(positional[1])
+
+
+@pytest.mark.parametrize(
+    ("argv", "needles"),
+    [
+        (
+            ["Cartpole-Balance", "--task", "Cartpole-Swingup"],
+            ["two tasks given", "Cartpole-Balance", "Cartpole-Swingup"],
+        ),
+        (["--task"], ["--task needs a task name"]),
+        (["Mjlab-Velocity-Flat-Unitree-G1"], ["is an mjlab task", "Humanoid-Velocity-Flat"]),
+        (["--task", "Mjlab-Velocity-Rough-Unitree-Go1"], ["is an mjlab task", "Quadruped-Velocity-Rough"]),
+        (["Mjlab-Lift-Cube-Yam"], ["is an mjlab task", "no counterpart", "uv run tasks"]),
+    ],
+)
+def test_task_given_twice_or_as_mjlabs_name_is_one_line(argv, needles, capsys):
+    from mjfleet.cli.train import main
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    err = capsys.readouterr().err
+    assert_one_line_usage_error(subprocess.CompletedProcess([], exit_info.value.code, "", err), *needles)

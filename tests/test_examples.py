@@ -2,6 +2,7 @@
 
 import os
 import pathlib
+import shutil
 import subprocess
 import sys
 
@@ -52,3 +53,97 @@ def test_tutorial_task_learns_to_balance(pendulum_registered):
     runner = FleetRunner(spec.make_env(cfg), agent, None, "cpu", log_format="compact")
     record = runner.learn(30, init_at_random_ep_len=True)
     assert record["mean_return"] > 0.8 * runner.env.max_episode_length
+
+
+# --- the same task as an installed plug-in (entry-point group `mjfleet.tasks`) ---------------------------------
+
+
+def _install_plugin(tmp_path: pathlib.Path) -> pathlib.Path:
+    """examples/pendulum_plugin installed with uv into a directory of its own (put on PYTHONPATH, where
+    importlib.metadata finds its dist-info as it would in the venv), so the project's venv stays as it was.
+    The sources are copied first: uv caches a local package's wheel by its path and pyproject.toml, and would
+    otherwise not see an edited pendulum.py."""
+    uv = os.environ.get("UV") or shutil.which("uv")
+    if uv is None:
+        pytest.skip("uv is not on PATH")
+    source = tmp_path / "src"
+    shutil.copytree(EXAMPLES / "pendulum_plugin", source / "pendulum_plugin")
+    shutil.copy(EXAMPLES / "pendulum.py", source / "pendulum.py")
+    site = tmp_path / "site"
+    result = subprocess.run(
+        [uv, "pip", "install", "--quiet", "--no-deps", "--python", sys.executable, "--target", str(site),
+         str(source / "pendulum_plugin")],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    return site
+
+
+def _env_with(site: pathlib.Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != "MJFLEET_TASK_MODULES"}
+    return {**env, "PYTHONPATH": str(site)}
+
+
+def test_an_installed_plugin_package_registers_its_task_for_tasks_and_train(tmp_path):
+    env = _env_with(_install_plugin(tmp_path))
+    listed = subprocess.run([str(BIN / "tasks")], capture_output=True, text=True, env=env, timeout=120)
+    assert listed.returncode == 0, listed.stderr
+    (line,) = [line for line in listed.stdout.splitlines() if line.startswith("Pendulum-Balance")]
+    assert line.endswith("[plug-in: mjfleet-pendulum 0.1.0]")
+    trained = subprocess.run(
+        [str(BIN / "train"), "Pendulum-Balance", "--gpu-ids", "None", "--num-envs", "8", "--max-iterations", "2",
+         "--agent.num-steps-per-env", "8", "--logger", "none"],
+        capture_output=True, text=True, env=env, cwd=tmp_path, timeout=600,
+    )  # fmt: skip
+    assert trained.returncode == 0, trained.stderr
+    assert trained.stdout.strip().splitlines()[-1].startswith("done: 2 iterations")
+    assert (next((tmp_path / "logs" / "pendulum_balance").iterdir()) / "model_2.pt").is_file()
+
+
+def test_a_broken_plugin_is_one_line_naming_its_distribution_and_entry_point(tmp_path):
+    # The metadata an installer writes, by hand: a distribution whose entry point names a missing module.
+    dist_info = tmp_path / "site" / "broken_tasks-1.2.dist-info"
+    dist_info.mkdir(parents=True)
+    (dist_info / "METADATA").write_text("Metadata-Version: 2.1\nName: broken-tasks\nVersion: 1.2\n")
+    (dist_info / "entry_points.txt").write_text("[mjfleet.tasks]\nwalker = no_such_module\n")
+    result = subprocess.run(
+        [str(BIN / "train"), "Cartpole-Balance", "--help"],
+        capture_output=True, text=True, env=_env_with(tmp_path / "site"), timeout=120,
+    )  # fmt: skip
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr
+    (line,) = result.stderr.strip().splitlines()
+    for needle in ("walker", "no_such_module", "broken-tasks 1.2", "mjfleet.tasks", "ModuleNotFoundError"):
+        assert needle in line, line
+
+
+def test_a_plugin_entry_point_naming_a_function_is_called_once(tmp_path, monkeypatch):
+    from mjfleet.tasks import get_task, plugins, registry
+
+    site = tmp_path / "site"
+    (site / "more_tasks-0.1.dist-info").mkdir(parents=True)
+    (site / "more_tasks-0.1.dist-info" / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: more-tasks\nVersion: 0.1\n"
+    )
+    (site / "more_tasks-0.1.dist-info" / "entry_points.txt").write_text(
+        "[mjfleet.tasks]\nmore = more_tasks:add\n"
+    )
+    (site / "more_tasks.py").write_text(
+        "import dataclasses\n"
+        "from mjfleet.tasks import get_task, register\n"
+        "calls = []\n"
+        "def add():\n"
+        "    calls.append(1)\n"
+        "    register(dataclasses.replace(get_task('Cartpole-Balance'), name='Plugin-Cartpole'))\n"
+    )
+    monkeypatch.setattr(registry, "_TASKS", dict(registry._TASKS))
+    monkeypatch.setattr(plugins, "_loaded", set())
+    monkeypatch.setattr(plugins, "sources", {})
+    monkeypatch.syspath_prepend(str(site))
+    monkeypatch.delitem(sys.modules, "more_tasks", raising=False)
+    plugins.load_entry_points()
+    plugins.load_entry_points()  # as when a failed import of mjfleet.tasks is retried: no second registration
+    assert get_task("Plugin-Cartpole").env_class == get_task("Cartpole-Balance").env_class
+    assert sys.modules["more_tasks"].calls == [1]
+    assert plugins.sources["Plugin-Cartpole"] == "more-tasks 0.1"
+    monkeypatch.delitem(sys.modules, "more_tasks")

@@ -10,7 +10,7 @@ import tempfile
 from collections.abc import Callable
 from typing import Any, NoReturn
 
-from mjfleet.cli.aliases import apply_aliases
+from mjfleet.cli.aliases import apply_aliases, mjlab_flag_hint, mjlab_task_hint, task_flag_to_positional
 from mjfleet.cli.parse import parse_flags
 from mjfleet.errors import UsageError
 from mjfleet.launch.devices import WorkerPlan, make_plan, parse_gpu_ids
@@ -115,7 +115,8 @@ def _cuda_driver_loadable() -> bool:
 
 
 def split_task(argv: list[str], prog: str, usage: str) -> tuple[str, list[str]]:
-    """The positional task name and the remaining flags; prints usage for a bare `--help`."""
+    """The positional task name (or mjlab's `--task X`) and the remaining flags; prints usage for a bare `--help`."""
+    argv = task_flag_to_positional(argv)
     if not argv or argv[0] in ("-h", "--help"):
         from mjfleet.tasks import task_names
 
@@ -155,12 +156,26 @@ def parse_task_command(
     from mjfleet.tasks import get_task
 
     task_name, rest = split_task(argv, prog, usage)
-    spec = get_task(task_name)
+    try:
+        spec = get_task(task_name)
+    except UsageError:
+        # an unknown name that is mjlab's: name mjfleet's counterpart instead of the closest spellings
+        hint = mjlab_task_hint(task_name)
+        if hint is None:
+            raise
+        raise UsageError(hint) from None
     flags_type = with_task_configs(
         flags_base, spec.env_config(), spec.agent_config(), f"{prog.title()}Config"
     )
-    flags = parse_flags(
-        flags_type, rest, prog=f"{prog} {spec.name}", description=description or spec.description
-    )
+    try:
+        flags = parse_flags(
+            flags_type, rest, prog=f"{prog} {spec.name}", description=description or spec.description
+        )
+    except UsageError:
+        # a flag spelled as in mjlab: name mjfleet's instead of tyro's guess
+        hint = mjlab_flag_hint(rest)
+        if hint is None:
+            raise
+        raise UsageError(hint) from None
     apply_aliases(flags, sweeps)
     return spec.name, flags

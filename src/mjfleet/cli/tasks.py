@@ -14,13 +14,16 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.parse_args(argv)
     from mjfleet.tasks import get_task, task_names
+    from mjfleet.tasks.plugins import sources
 
     names = task_names()
     width = max(len(n) for n in names)
     for name in names:
         spec = get_task(name)
+        source = f" [plug-in: {sources[name]}]" if name in sources else ""
         print(
             f"{name:<{width}}  {spec.description}  [envs: {spec.num_envs_cpu} CPU / {spec.num_envs_gpu} GPU]"
+            f"{source}"
         )
 
 

@@ -54,7 +54,7 @@ def register(spec: TaskSpec) -> TaskSpec:
         raise ValueError(f"task {spec.name!r}: env_class {spec.env_class!r} must read 'package.module:Class'")
     if spec.name in _TASKS:
         raise UsageError(
-            f"task {spec.name!r} is registered twice (do two modules in MJFLEET_TASK_MODULES define it?)"
+            f"task {spec.name!r} is registered twice (by two task plug-ins, or modules in MJFLEET_TASK_MODULES?)"
         )
     _TASKS[spec.name] = spec
     return spec
@@ -76,7 +76,7 @@ def get_task(name: str) -> TaskSpec:
     hint = (
         f"did you mean {', '.join(lowered[c] for c in close)}?"
         if close
-        else "run `uv run tasks` to list them (a task defined outside mjfleet needs its module in "
-        "MJFLEET_TASK_MODULES)."
+        else "run `uv run tasks` to list them (a task defined outside mjfleet needs its package installed, or its "
+        "module in MJFLEET_TASK_MODULES)."
     )
     raise UsageError(f"unknown task {name!r}: {hint}")

@@ -1,0 +1,75 @@
+"""Tasks defined outside mjfleet: installed plug-ins (entry-point group `mjfleet.tasks`) and MJFLEET_TASK_MODULES.
+
+An installed distribution declares, in its pyproject.toml,
+
+    [project.entry-points."mjfleet.tasks"]
+    pendulum = "pendulum"                 # a module: importing it registers its tasks
+    more = "my_tasks.setup:register_all"  # or a callable, called once with no arguments
+
+Both are loaded whenever `mjfleet.tasks` is imported, so `tasks`, `train`, `play`, `bench` and every worker of a
+run see the same tasks. A plug-in that fails to load is a UsageError naming its distribution and entry point:
+one broken package must not read as a bug of mjfleet's, and its author still learns the first line of why.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+import os
+import types
+
+from mjfleet.errors import UsageError, first_line
+from mjfleet.tasks.registry import task_names
+
+GROUP = "mjfleet.tasks"
+
+_loaded: set[tuple[str, str]] = set()
+"""Entry points already loaded in this process. A failed import of `mjfleet.tasks` is retried by the next import
+statement; the plug-ins that did load must not register their tasks a second time then."""
+
+sources: dict[str, str] = {}
+"""Task name -> the distribution whose plug-in registered it ("name version"), for `uv run tasks`."""
+
+
+def load_entry_points() -> None:
+    """Import (or call) every entry point of the `mjfleet.tasks` group, in the order importlib lists them."""
+    for entry_point in importlib.metadata.entry_points(group=GROUP):
+        key = (entry_point.name, entry_point.value)
+        if key in _loaded:
+            continue
+        _loaded.add(key)
+        before = set(task_names())
+        try:
+            loaded = entry_point.load()
+            if callable(loaded) and not isinstance(loaded, types.ModuleType):
+                loaded()
+        except Exception as exc:  # noqa: BLE001 - whatever a plug-in raises is reported as its failure
+            _loaded.discard(key)
+            raise UsageError(
+                f"task plug-in {entry_point.name} = {entry_point.value!r} (entry point group {GROUP!r} of "
+                f"{_distribution(entry_point)}) failed to load: {type(exc).__name__}: {first_line(exc)}"
+            ) from None
+        dist = entry_point.dist
+        for name in set(task_names()) - before:
+            sources[name] = f"{dist.name} {dist.version}" if dist is not None else entry_point.value
+
+
+def _distribution(entry_point: importlib.metadata.EntryPoint) -> str:
+    dist = entry_point.dist
+    if dist is None:
+        return "an unknown distribution"
+    return f"the installed distribution {dist.name} {dist.version}"
+
+
+def load_environment_modules() -> None:
+    """Import the modules named in MJFLEET_TASK_MODULES (comma-separated, importable names)."""
+    for module in filter(None, (m.strip() for m in os.environ.get("MJFLEET_TASK_MODULES", "").split(","))):
+        try:
+            importlib.import_module(module)
+        except ModuleNotFoundError as exc:
+            if exc.name is None or not (module == exc.name or module.startswith(exc.name + ".")):
+                raise  # the module exists but imports something missing: its traceback says what
+            raise UsageError(
+                f"MJFLEET_TASK_MODULES names {module!r}, which is not importable here (is its directory on "
+                "PYTHONPATH?)"
+            ) from None
