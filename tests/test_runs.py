@@ -232,13 +232,14 @@ def test_logger_wandb_without_wandb_installed_is_a_one_line_error(tmp_path, monk
 
 
 # --------------------------------------------------------------------------- checkpoint contents, in-process
-def _runner(tmp_path, seed):
+def _runner(tmp_path, seed, episode_length_s=0.3, logger="none"):
     from small_cartpole import cartpole_configs
 
     from mjfleet.rl import FleetRunner
     from mjfleet.runs import RunDir
 
-    spec, env_cfg, agent = cartpole_configs(episode_length_s=0.3)
+    spec, env_cfg, agent = cartpole_configs(episode_length_s=episode_length_s)
+    agent.logger = logger
     agent.actor.obs_normalization = True
     agent.critic.obs_normalization = True
     torch.manual_seed(seed)
@@ -482,22 +483,87 @@ def test_runs_started_in_the_same_second_reserve_two_directories(tmp_path):
     assert a.path.is_dir()
 
 
-def test_tensorboard_gets_rsl_rls_throughput_tag_beside_mjfleets_and_metrics_jsonl_only_mjfleets(tmp_path):
+def test_tensorboard_gets_rsl_rls_tags_beside_mjfleets_and_metrics_jsonl_only_mjfleets(tmp_path):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     from mjfleet.runs.metrics import MetricsWriter
 
+    record = {"iteration": 3, "env_steps_per_s": 1234.5, "mean_episode_length": 7.0, "collect_time": 0.5}
+    record |= {"learn_time": 0.25, "learning_rate": 1e-3, "Policy/action_std": 0.8, "Loss/kl": 0.01}
     writer = MetricsWriter(tmp_path, "tensorboard")
-    writer.write({"iteration": 3, "env_steps_per_s": 1234.5, "Loss/kl": 0.01})
+    writer.write(record, {"episodes": 100, "mean_return": 42.0, "mean_episode_length": 9.0})
     writer.close()
     events = EventAccumulator(str(tmp_path))
     events.Reload()
-    tags = events.Tags()["scalars"]
-    assert {"Train/env_steps_per_s", "Perf/total_fps", "Loss/kl"} <= set(tags)
-    (fps,) = events.Scalars("Perf/total_fps")
-    assert (fps.step, fps.value) == (3, 1234.5)
+
+    def value(tag):
+        (scalar,) = events.Scalars(tag)
+        assert scalar.step == 3
+        return scalar.value
+
+    assert value("Perf/total_fps") == value("mjfleet/env_steps_per_s") == 1234.5
+    assert value("Perf/collection_time") == value("Perf/collection time") == 0.5
+    assert value("Perf/learning_time") == 0.25 and value("Loss/kl") == pytest.approx(0.01)
+    assert value("Loss/learning_rate") == pytest.approx(1e-3) and value("Policy/mean_std") == pytest.approx(
+        0.8
+    )
+    # rsl_rl's Train/mean_episode_length is the moving window; mjfleet's own (this iteration's episodes) is not
+    # under Train/
+    assert value("Train/mean_reward") == 42.0 and value("Train/mean_episode_length") == 9.0
+    assert value("mjfleet/mean_episode_length") == 7.0
     (line,) = (tmp_path / "metrics.jsonl").read_text().splitlines()
-    assert "Perf/total_fps" not in json.loads(line)
+    assert json.loads(line) == record
+
+
+def test_tensorboard_train_mean_reward_is_the_mean_of_the_last_100_episodes_of_a_real_run(tmp_path):
+    """A real Cartpole run with the TensorBoard logger, its episodes observed at env.step: Train/mean_reward and
+    Train/mean_episode_length are rsl_rl's means over the last 100 completed episodes; metrics.jsonl keeps
+    mjfleet's per-iteration means."""
+    from collections import deque
+
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    runner, run_dir = _runner(tmp_path, seed=4, episode_length_s=0.1, logger="tensorboard")
+    env, real_step = runner.env, runner.env.step
+    returns, lengths = deque(maxlen=100), deque(maxlen=100)
+    running, steps = torch.zeros(env.num_envs), torch.zeros(env.num_envs)
+    expected = []
+
+    def observed_step(actions):
+        obs, rewards, dones, extras = real_step(actions)
+        running.add_(rewards.cpu())
+        steps.add_(1)
+        ended = dones.cpu().bool()
+        returns.extend(running[ended].tolist())
+        lengths.extend(steps[ended].tolist())
+        running[ended], steps[ended] = 0.0, 0.0
+        return obs, rewards, dones, extras
+
+    env.step = observed_step
+    runner.on_iteration = lambda record: expected.append(
+        (record["iteration"], sum(returns) / len(returns), sum(lengths) / len(lengths), len(returns))
+    )
+    runner.learn(6)
+    runner.close()
+    assert expected[-1][3] == 100, "the window must have filled (and dropped episodes) for this test to bite"
+
+    events = EventAccumulator(str(run_dir.path))
+    events.Reload()
+    tags = set(events.Tags()["scalars"])
+    rsl_rl = {"Train/mean_reward", "Train/mean_episode_length", "Perf/total_fps", "Perf/collection time"}
+    rsl_rl |= {"Perf/collection_time", "Perf/learning_time", "Loss/learning_rate", "Policy/mean_std"}
+    rsl_rl |= {"Loss/value", "Loss/surrogate", "Loss/entropy"}
+    assert rsl_rl <= tags
+    reward = {s.step: s.value for s in events.Scalars("Train/mean_reward")}
+    length = {s.step: s.value for s in events.Scalars("Train/mean_episode_length")}
+    for iteration, mean_return, mean_length, _ in expected:
+        assert reward[iteration] == pytest.approx(mean_return, rel=1e-4)
+        assert length[iteration] == pytest.approx(mean_length, rel=1e-4)
+    records = [json.loads(line) for line in (run_dir.path / "metrics.jsonl").read_text().splitlines()]
+    own = {s.step: s.value for s in events.Scalars("mjfleet/mean_return")}
+    assert [own[r["iteration"]] for r in records] == pytest.approx([r["mean_return"] for r in records])
+    only_rsl_rl = rsl_rl - {"Loss/value", "Loss/surrogate", "Loss/entropy"}
+    assert not only_rsl_rl & {key for r in records for key in r}
 
 
 def test_the_git_state_is_the_commit_and_the_diff_of_the_working_tree(tmp_path):

@@ -200,7 +200,7 @@ class FleetRunner:
                 eta = (time.perf_counter() - train_start) / done * (total_it - it - 1)
                 print(format_iteration(record, total_it, eta, self.log_format), flush=True)
                 if self.metrics is not None:
-                    self.metrics.write(record)
+                    self.metrics.write(record, stats.recent)
             stop_signal = self._agreed_stop()
             if stop_signal or self.is_save_point(it + 1):
                 self.save_checkpoint()
