@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import pathlib
+import shutil
 from typing import Any
 
 RSL_RL_TAGS: dict[str, tuple[str, ...]] = {
@@ -84,9 +86,25 @@ class MetricsWriter:
         if self._wandb is not None:
             self._wandb.log(scalars, step=step)
 
+    def log_video(self, path: pathlib.Path, iteration: int) -> None:
+        """Show an mp4 on the wandb dashboard, at `iteration` (under rsl_rl's key, "video"); no-op otherwise."""
+        if self._wandb is None:
+            return
+        import wandb  # pyright: ignore[reportMissingImports] - the optional `wandb` extra
+
+        self._wandb.log({"video": wandb.Video(str(path), format="mp4")}, step=iteration)
+
+    @property
+    def wandb_files(self) -> pathlib.Path | None:
+        """The wandb run's local files directory (wandb/<offline->run-<time>-<id>/files), when wandb logs."""
+        return pathlib.Path(self._wandb.dir) if self._wandb is not None else None
+
     def upload_checkpoint(self, path: pathlib.Path, iteration: int) -> None:
-        """Log a checkpoint as a wandb model artifact (no-op without wandb). The file is copied to wandb's
-        staging area first, so checkpoint retention may delete it right after."""
+        """Log a checkpoint as a wandb model artifact and copy it into the run's files (no-op without wandb).
+
+        The artifact is staged as a copy, so checkpoint retention may delete `path` right after. The copy in the
+        run's files directory is what `--wandb-run-path` finds locally (an offline run's only copy until it is
+        synced); the caller prunes it with the run's retention."""
         if self._wandb is None:
             return
         import wandb  # pyright: ignore[reportMissingImports] - the optional `wandb` extra
@@ -94,6 +112,10 @@ class MetricsWriter:
         artifact = wandb.Artifact(f"{self._wandb.id}-model", type="model", metadata={"iteration": iteration})
         artifact.add_file(str(path))
         self._wandb.log_artifact(artifact, aliases=["latest", f"iter_{iteration}"])
+        files = pathlib.Path(self._wandb.dir)
+        tmp = files / f".{path.name}.tmp"  # renamed into place: never a half-copied checkpoint in files/
+        shutil.copyfile(path, tmp)
+        os.replace(tmp, files / path.name)
 
     def close(self) -> None:
         self._file.close()
