@@ -108,6 +108,8 @@ def _trains_in_one_cpu_process(command: str) -> bool:
     args = words[4:]
     if any(a.split("=", 1)[0] in ("--resume", "--load-run", "--checkpoint", "--hosts") for a in args):
         return False
+    if any(a.split("=", 1)[0] in ("--wandb-run-path", "--video") for a in args):
+        return False  # a wandb run to resume; a GL backend fixed when mujoco was imported: tests/test_runs.py
     if "--cpu-workers" in args and args[args.index("--cpu-workers") + 1] != "1":
         return False  # several workers: tests/test_distributed.py runs that path for real
     return True
@@ -155,7 +157,8 @@ def _train(args: list[str]) -> None:
     if "--help" in args or not args:
         _expect_clean_exit(lambda: parse_args(args))
         return
-    if any(a.split("=", 1)[0] in ("--resume", "--load-run", "--checkpoint") for a in args):
+    resumes = ("--resume", "--load-run", "--checkpoint", "--wandb-run-path")
+    if any(a.split("=", 1)[0] in resumes for a in args):
         parse_args(args)  # resolving needs an existing run; tests/test_runs.py resumes for real
         return
     resolve(*parse_args(args))

@@ -93,3 +93,40 @@ def test_a_packed_log_gives_the_same_statistics_as_the_dict_of_scalars():
     packed.update(torch.ones(3), dones_t, {**extras, "episodes_finished": dones_t.sum()})
     second = packed.collect()
     assert second["episodes"] == 3 and second["Episode_Reward/a"] == 1.0 and second["Metrics/m"] == 8.0
+
+
+def test_recent_is_rsl_rls_mean_over_the_last_100_completed_episodes():
+    """Train/mean_reward's meaning: a deque of the last 100 episode returns, in the order they ended."""
+    from collections import deque
+
+    torch.manual_seed(0)
+    num_envs = 7
+    stats = EpisodeStats(num_envs=num_envs, device="cpu")
+    returns, lengths = deque(maxlen=100), deque(maxlen=100)
+    running, steps = torch.zeros(num_envs), torch.zeros(num_envs)
+    for iteration in range(6):
+        for _ in range(10 if iteration != 3 else 60):  # iteration 3 ends more than 100 episodes on its own
+            rewards = torch.rand(num_envs)
+            dones = torch.rand(num_envs) < 0.3
+            running += rewards
+            steps += 1
+            returns.extend(running[dones].tolist())
+            lengths.extend(steps[dones].tolist())
+            running[dones], steps[dones] = 0.0, 0.0
+            _step(stats, rewards.tolist(), dones.tolist())
+        stats.collect()
+        assert stats.recent["episodes"] == len(returns)
+        assert stats.recent["mean_return"] == pytest.approx(sum(returns) / len(returns), rel=1e-5)
+        assert stats.recent["mean_episode_length"] == pytest.approx(sum(lengths) / len(lengths), rel=1e-5)
+    assert len(returns) == 100
+
+
+def test_recent_is_nan_until_an_episode_ends_and_then_survives_iterations_without_one():
+    stats = EpisodeStats(num_envs=1, device="cpu")
+    _step(stats, [1.0], [False])
+    assert set(stats.collect()) == {"episodes", "mean_return", "mean_episode_length"}  # window: not here
+    assert stats.recent["episodes"] == 0 and math.isnan(stats.recent["mean_return"])
+    _step(stats, [2.0], [True])
+    stats.collect()
+    stats.collect()  # an iteration in which nothing ended
+    assert stats.recent == {"episodes": 1, "mean_return": 3.0, "mean_episode_length": 2.0}

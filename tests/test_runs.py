@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 
+import numpy as np
 import pytest
 import torch
 import yaml
@@ -182,6 +183,12 @@ def test_an_unreadable_checkpoint_is_a_usage_error(tmp_path):
     [
         (None, ["--resume"], "no runs in"),
         (None, ["--checkpoint", "missing.pt"], "no such file"),
+        (
+            None,
+            ["--wandb-run-path", "me/proj/abc123"],
+            "no local files of wandb run abc123 (looked for logs/",
+        ),
+        ("iteration 2", ["--wandb-run-path", "x", "--load-run", "2026"], "pass one of them"),
         (b"truncated", ["--resume"], "cannot read checkpoint"),
         (b"\x80\x05garbage", ["--resume"], "a damaged file, or one not written by mjfleet"),
         ("iteration 2", ["--load-run", "2026-01-01", "--max-iterations", "2"], "already at iteration 2"),
@@ -218,12 +225,33 @@ def test_train_resume_errors_are_one_line_with_exit_status_2(
     assert runs_after == runs_before, "a failed resume must not create a run directory"
 
 
-@pytest.mark.skipif(
-    __import__("importlib").util.find_spec("wandb") is not None, reason="wandb is installed here"
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--video", "--video-interval", "0"], "--video-interval and --video-length must be >= 1, got 0 and"),
+        (["--video", "--video-length", "0"], "--video-interval and --video-length must be >= 1"),
+        (["--video", "--video-width", "161"], "even numbers"),
+    ],
 )
-def test_logger_wandb_without_wandb_installed_is_a_one_line_error(tmp_path, monkeypatch, capsys):
+def test_train_video_errors_are_one_line_with_exit_status_2(args, needle, tmp_path, monkeypatch, capsys):
     from mjfleet.cli.train import main
 
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("MUJOCO_GL", os.environ.get("MUJOCO_GL", "egl"))  # no backend probe in-process
+    with pytest.raises(SystemExit) as exit_info:
+        main(["Cartpole-Balance", "--gpu-ids", "None", *args])
+    err = capsys.readouterr().err
+    lines = [line for line in err.strip().splitlines() if line.strip()]
+    assert exit_info.value.code == 2 and len(lines) == 1 and needle in lines[0], err
+    assert not (tmp_path / "logs").exists()
+
+
+def test_logger_wandb_without_wandb_installed_is_a_one_line_error(tmp_path, monkeypatch, capsys):
+    """wandb is installed where the tests run (.ci/run installs the extra): None in sys.modules makes it absent
+    for this process as it is for a user without the extra (find_spec answers None, an import fails)."""
+    from mjfleet.cli.train import main
+
+    monkeypatch.setitem(sys.modules, "wandb", None)
     monkeypatch.chdir(tmp_path)
     with pytest.raises(SystemExit) as exit_info:
         main(["Cartpole-Balance", "--gpu-ids", "None", "--logger", "wandb"])
@@ -232,13 +260,14 @@ def test_logger_wandb_without_wandb_installed_is_a_one_line_error(tmp_path, monk
 
 
 # --------------------------------------------------------------------------- checkpoint contents, in-process
-def _runner(tmp_path, seed):
+def _runner(tmp_path, seed, episode_length_s=0.3, logger="none"):
     from small_cartpole import cartpole_configs
 
     from mjfleet.rl import FleetRunner
     from mjfleet.runs import RunDir
 
-    spec, env_cfg, agent = cartpole_configs(episode_length_s=0.3)
+    spec, env_cfg, agent = cartpole_configs(episode_length_s=episode_length_s)
+    agent.logger = logger
     agent.actor.obs_normalization = True
     agent.critic.obs_normalization = True
     torch.manual_seed(seed)
@@ -445,26 +474,155 @@ def assert_real_plot(path: pathlib.Path) -> None:
     assert float(image[..., :3].std()) > 0.05, "the plot is blank"
 
 
-# --------------------------------------------------------------------------- wandb (optional extra)
-@pytest.mark.slow
-@pytest.mark.skipif(
-    __import__("importlib").util.find_spec("wandb") is None, reason="needs `uv sync --extra wandb`"
-)
-def test_wandb_offline_logs_metrics_and_uploads_checkpoints_when_asked(tmp_path):
-    env = dict(os.environ, WANDB_MODE="offline", WANDB_SILENT="true")
+# --------------------------------------------------------------------------- videos while training
+def _gl_or_skip() -> str:
+    from mjfleet.runs.video import working_gl_backend
+
+    gl = os.environ.get("MUJOCO_GL") or working_gl_backend()
+    if not gl:
+        pytest.skip(
+            "no headless OpenGL here: apt-get install libegl1 libegl-mesa0 libgl1-mesa-dri (see .ci/run)"
+        )
+    return gl
+
+
+def mp4_frames(path: pathlib.Path) -> tuple[dict, list]:
+    import imageio_ffmpeg
+    import numpy as np
+
+    frames = imageio_ffmpeg.read_frames(str(path))
+    meta = next(frames)
+    width, height = meta["size"]
+    return meta, [np.frombuffer(f, np.uint8).reshape(height, width, 3) for f in frames]
+
+
+def test_train_video_records_env_0_every_interval_iterations(tmp_path):
+    """4 iterations of 8 steps, --video-interval 2 --video-length 8: one rollout each at iterations 0 and 2."""
+    gl = _gl_or_skip()
     result = subprocess.run(
-        [str(BIN / "train"), "Cartpole-Balance", "--gpu-ids", "None", *SMALL[:4], "--max-iterations", "2"]
-        + ["--logger", "wandb", "--wandb-project", "mjfleet-test", "--wandb-upload-checkpoints"],
+        [str(BIN / "train"), "Cartpole-Balance", "--gpu-ids", "None", *SMALL, "--max-iterations", "4"]
+        + ["--video", "--video-interval", "2", "--video-length", "8", "--video-width", "96"]
+        + ["--video-height", "64"],
         cwd=tmp_path,
         capture_output=True,
         text=True,
         timeout=300,
-        env=env,
+        env=dict(os.environ, MUJOCO_GL=gl),
     )
-    assert result.returncode == 0, result.stderr
+    assert result.returncode == 0, result.stderr[-3000:]
     (run_dir,) = (tmp_path / "logs" / EXPERIMENT).iterdir()
+    videos = sorted((run_dir / "videos").iterdir())
+    assert [v.name for v in videos] == ["train_0.mp4", "train_2.mp4"]
+    for video in videos:
+        assert f"video: {video}" in result.stdout
+        meta, images = mp4_frames(video)
+        assert tuple(meta["size"]) == (96, 64) and meta["fps"] == pytest.approx(50.0)  # the policy rate
+        assert len(images) == 8 and images[0].std() > 5, "blank frame"
+        assert any(not np.array_equal(images[0], image) for image in images[1:]), "the pole never moved"
+
+
+# --------------------------------------------------------------------------- wandb (optional extra; .ci/run installs it)
+WANDB_OFFLINE = {"WANDB_MODE": "offline", "WANDB_SILENT": "true"}
+
+
+@pytest.fixture(scope="module")
+def wandb_run(tmp_path_factory):
+    """A 2-iteration Cartpole run logged to an offline wandb run with --wandb-upload-checkpoints (and --video
+    where headless GL works): (workdir, run dir, wandb run dir, train's result)."""
+    pytest.importorskip(
+        "wandb", reason="needs the wandb extra: `uv sync --extra wandb` (.ci/run installs it)"
+    )
+    from mjfleet.runs.video import working_gl_backend
+
+    cwd = tmp_path_factory.mktemp("wandb")
+    gl = os.environ.get("MUJOCO_GL") or working_gl_backend()
+    video = ["--video", "--video-interval", "1", "--video-length", "4", "--video-width", "64"] if gl else []
+    result = subprocess.run(
+        [str(BIN / "train"), "Cartpole-Balance", "--gpu-ids", "None", *SMALL[:4], "--max-iterations", "2"]
+        + ["--logger", "wandb", "--wandb-project", "mjfleet-test", "--wandb-upload-checkpoints"]
+        + ["--save-interval", "1", *video],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=dict(os.environ, **WANDB_OFFLINE, **({"MUJOCO_GL": gl} if gl else {})),
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    (run_dir,) = (cwd / "logs" / EXPERIMENT).iterdir()
     (offline,) = (run_dir / "wandb").glob("offline-run-*")
+    return cwd, run_dir, offline, result
+
+
+def test_wandb_offline_logs_metrics_uploads_checkpoints_and_keeps_them_in_the_runs_files(wandb_run):
+    _, run_dir, offline, _ = wandb_run
     assert list(offline.glob("*.wandb"))
+    assert [it for it, _ in checkpoints_in(offline / "files")] == [1, 2]
+    for it in (1, 2):
+        assert (offline / "files" / f"model_{it}.pt").read_bytes() == (
+            run_dir / f"model_{it}.pt"
+        ).read_bytes()
+
+
+def test_wandb_gets_the_training_videos(wandb_run):
+    _, run_dir, offline, _ = wandb_run
+    if not (run_dir / "videos").is_dir():
+        pytest.skip(
+            "no headless OpenGL here: apt-get install libegl1 libegl-mesa0 libgl1-mesa-dri (see .ci/run)"
+        )
+    assert sorted(v.name for v in (run_dir / "videos").iterdir()) == ["train_0.mp4", "train_1.mp4"]
+    logged = list((offline / "files" / "media" / "videos").glob("video_*.mp4"))
+    assert len(logged) == 2 and all(len(mp4_frames(v)[1]) == 4 for v in logged)
+
+
+def test_play_takes_the_checkpoint_from_a_wandb_runs_local_files(wandb_run):
+    cwd, run_dir, offline, _ = wandb_run
+    run_id = offline.name.rsplit("-", 1)[1]
+    (run_dir / "model_2.pt").unlink()  # only the wandb run's copy is left to find
+    result = subprocess.run(
+        [str(BIN / "play"), "Cartpole-Balance", "--gpu-ids", "None", "--num-envs", "4", "--episodes", "4"]
+        + ["--wandb-run-path", f"someone/mjfleet-test/{run_id}"],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=dict(os.environ, **WANDB_OFFLINE),
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads((run_dir / "eval.json").read_text())  # in the run directory, not in wandb's files
+    assert report["checkpoint"] == str((offline / "files" / "model_2.pt").resolve())
+    assert report["iteration"] == 2 and report["episodes"] == 4
+
+
+def test_resume_from_a_wandb_run_directory_continues_its_latest_checkpoint(wandb_run):
+    cwd, run_dir, offline, _ = wandb_run
+    result = subprocess.run(
+        [str(BIN / "train"), "Cartpole-Balance", "--gpu-ids", "None", *SMALL, "--max-iterations", "3"]
+        + ["--wandb-run-path", str(offline)],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=dict(os.environ, **WANDB_OFFLINE),
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert f"resuming from {(offline / 'files' / 'model_2.pt').resolve()} (iteration 2" in result.stdout
+    (resumed,) = [r for r in (cwd / "logs" / EXPERIMENT).iterdir() if r != run_dir]
+    assert iterations_in(resumed) == [2]
+    assert read_checkpoint(resumed / "model_3.pt")["env_steps"] == 3 * 32 * 8
+
+
+def test_a_wandb_run_without_local_checkpoints_is_a_one_line_error(tmp_path, monkeypatch, capsys):
+    from mjfleet.cli.play import main
+
+    files = tmp_path / "logs" / EXPERIMENT / "2026-01-01_00-00-00" / "wandb" / "offline-run-1-abc" / "files"
+    files.mkdir(parents=True)
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["Cartpole-Balance", "--gpu-ids", "None", "--wandb-run-path", "abc"])
+    err = capsys.readouterr().err
+    lines = [line for line in err.strip().splitlines() if line.strip()]
+    assert exit_info.value.code == 2 and len(lines) == 1, err
+    assert "holds no checkpoint" in lines[0] and "--wandb-upload-checkpoints" in lines[0]
 
 
 def test_runs_started_in_the_same_second_reserve_two_directories(tmp_path):
@@ -482,22 +640,87 @@ def test_runs_started_in_the_same_second_reserve_two_directories(tmp_path):
     assert a.path.is_dir()
 
 
-def test_tensorboard_gets_rsl_rls_throughput_tag_beside_mjfleets_and_metrics_jsonl_only_mjfleets(tmp_path):
+def test_tensorboard_gets_rsl_rls_tags_beside_mjfleets_and_metrics_jsonl_only_mjfleets(tmp_path):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     from mjfleet.runs.metrics import MetricsWriter
 
+    record = {"iteration": 3, "env_steps_per_s": 1234.5, "mean_episode_length": 7.0, "collect_time": 0.5}
+    record |= {"learn_time": 0.25, "learning_rate": 1e-3, "Policy/action_std": 0.8, "Loss/kl": 0.01}
     writer = MetricsWriter(tmp_path, "tensorboard")
-    writer.write({"iteration": 3, "env_steps_per_s": 1234.5, "Loss/kl": 0.01})
+    writer.write(record, {"episodes": 100, "mean_return": 42.0, "mean_episode_length": 9.0})
     writer.close()
     events = EventAccumulator(str(tmp_path))
     events.Reload()
-    tags = events.Tags()["scalars"]
-    assert {"Train/env_steps_per_s", "Perf/total_fps", "Loss/kl"} <= set(tags)
-    (fps,) = events.Scalars("Perf/total_fps")
-    assert (fps.step, fps.value) == (3, 1234.5)
+
+    def value(tag):
+        (scalar,) = events.Scalars(tag)
+        assert scalar.step == 3
+        return scalar.value
+
+    assert value("Perf/total_fps") == value("mjfleet/env_steps_per_s") == 1234.5
+    assert value("Perf/collection_time") == value("Perf/collection time") == 0.5
+    assert value("Perf/learning_time") == 0.25 and value("Loss/kl") == pytest.approx(0.01)
+    assert value("Loss/learning_rate") == pytest.approx(1e-3) and value("Policy/mean_std") == pytest.approx(
+        0.8
+    )
+    # rsl_rl's Train/mean_episode_length is the moving window; mjfleet's own (this iteration's episodes) is not
+    # under Train/
+    assert value("Train/mean_reward") == 42.0 and value("Train/mean_episode_length") == 9.0
+    assert value("mjfleet/mean_episode_length") == 7.0
     (line,) = (tmp_path / "metrics.jsonl").read_text().splitlines()
-    assert "Perf/total_fps" not in json.loads(line)
+    assert json.loads(line) == record
+
+
+def test_tensorboard_train_mean_reward_is_the_mean_of_the_last_100_episodes_of_a_real_run(tmp_path):
+    """A real Cartpole run with the TensorBoard logger, its episodes observed at env.step: Train/mean_reward and
+    Train/mean_episode_length are rsl_rl's means over the last 100 completed episodes; metrics.jsonl keeps
+    mjfleet's per-iteration means."""
+    from collections import deque
+
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    runner, run_dir = _runner(tmp_path, seed=4, episode_length_s=0.1, logger="tensorboard")
+    env, real_step = runner.env, runner.env.step
+    returns, lengths = deque(maxlen=100), deque(maxlen=100)
+    running, steps = torch.zeros(env.num_envs), torch.zeros(env.num_envs)
+    expected = []
+
+    def observed_step(actions):
+        obs, rewards, dones, extras = real_step(actions)
+        running.add_(rewards.cpu())
+        steps.add_(1)
+        ended = dones.cpu().bool()
+        returns.extend(running[ended].tolist())
+        lengths.extend(steps[ended].tolist())
+        running[ended], steps[ended] = 0.0, 0.0
+        return obs, rewards, dones, extras
+
+    env.step = observed_step
+    runner.on_iteration = lambda record: expected.append(
+        (record["iteration"], sum(returns) / len(returns), sum(lengths) / len(lengths), len(returns))
+    )
+    runner.learn(6)
+    runner.close()
+    assert expected[-1][3] == 100, "the window must have filled (and dropped episodes) for this test to bite"
+
+    events = EventAccumulator(str(run_dir.path))
+    events.Reload()
+    tags = set(events.Tags()["scalars"])
+    rsl_rl = {"Train/mean_reward", "Train/mean_episode_length", "Perf/total_fps", "Perf/collection time"}
+    rsl_rl |= {"Perf/collection_time", "Perf/learning_time", "Loss/learning_rate", "Policy/mean_std"}
+    rsl_rl |= {"Loss/value", "Loss/surrogate", "Loss/entropy"}
+    assert rsl_rl <= tags
+    reward = {s.step: s.value for s in events.Scalars("Train/mean_reward")}
+    length = {s.step: s.value for s in events.Scalars("Train/mean_episode_length")}
+    for iteration, mean_return, mean_length, _ in expected:
+        assert reward[iteration] == pytest.approx(mean_return, rel=1e-4)
+        assert length[iteration] == pytest.approx(mean_length, rel=1e-4)
+    records = [json.loads(line) for line in (run_dir.path / "metrics.jsonl").read_text().splitlines()]
+    own = {s.step: s.value for s in events.Scalars("mjfleet/mean_return")}
+    assert [own[r["iteration"]] for r in records] == pytest.approx([r["mean_return"] for r in records])
+    only_rsl_rl = rsl_rl - {"Loss/value", "Loss/surrogate", "Loss/entropy"}
+    assert not only_rsl_rl & {key for r in records for key in r}
 
 
 def test_the_git_state_is_the_commit_and_the_diff_of_the_working_tree(tmp_path):

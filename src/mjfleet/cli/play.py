@@ -42,6 +42,10 @@ class PlayFlags:
     """A run directory path, or a regex over run directory names (newest match). Default: the newest run with
     a checkpoint in <logs-root>/<experiment>."""
     logs_root: str = "logs"
+    wandb_run_path: str | None = None
+    """Play a checkpoint that a wandb run stored locally: `entity/project/run_id` (found under
+    <logs-root>/*/*/wandb/*run-*-<run_id>/files/) or a wandb run directory; --checkpoint N picks model_N.pt.
+    Outputs go to the mjfleet run directory that holds the wandb run."""
     policy: Policy = "checkpoint"
     """What acts: the checkpoint's policy, uniform random actions, or zeros (`--agent random|zero` works too)."""
     gpu_ids: tuple[str, ...] = ("auto",)
@@ -120,8 +124,10 @@ def check_flags(flags: Any) -> None:
             )
         if flags.export:
             raise UsageError(f"--export needs a trained policy, not --agent {flags.policy}")
-        if flags.checkpoint is not None or flags.load_run is not None:
-            raise UsageError(f"--agent {flags.policy} takes no --checkpoint/--load-run")
+        if flags.checkpoint is not None or flags.load_run is not None or flags.wandb_run_path is not None:
+            raise UsageError(f"--agent {flags.policy} takes no --checkpoint/--load-run/--wandb-run-path")
+    if flags.wandb_run_path is not None and flags.load_run is not None:
+        raise UsageError("--wandb-run-path and --load-run both choose the run: pass one of them")
 
 
 def _device(flags: Any) -> str:
@@ -141,7 +147,12 @@ def play(task_name: str, flags: Any) -> dict[str, Any]:
     import warp as wp
 
     from mjfleet.evaluation import BASELINES, evaluate
-    from mjfleet.runs.checkpoints import find_checkpoint, read_checkpoint
+    from mjfleet.runs.checkpoints import (
+        checkpoint_run_dir,
+        find_checkpoint,
+        find_wandb_checkpoint,
+        read_checkpoint,
+    )
     from mjfleet.tasks import get_task
 
     check_flags(flags)
@@ -161,10 +172,13 @@ def play(task_name: str, flags: Any) -> dict[str, Any]:
     state = checkpoint = None
     if flags.policy == "checkpoint":
         experiment = pathlib.Path(flags.logs_root) / agent_cfg.experiment_name
-        checkpoint = find_checkpoint(experiment, flags.load_run, flags.checkpoint)
+        if flags.wandb_run_path is not None:
+            checkpoint = find_wandb_checkpoint(flags.wandb_run_path, flags.logs_root, flags.checkpoint)
+        else:
+            checkpoint = find_checkpoint(experiment, flags.load_run, flags.checkpoint)
         state = read_checkpoint(checkpoint, map_location="cpu")
         _notice_differences(spec.name, env_cfg, state, fixed_command=flags.command is not None)
-        out_dir = checkpoint.parent
+        out_dir = checkpoint_run_dir(checkpoint)
         label = f"{checkpoint.name} (iteration {state['iter']})"
     else:
         out_dir = pathlib.Path(flags.logs_root) / agent_cfg.experiment_name / f"baseline_{flags.policy}"
@@ -248,7 +262,7 @@ def play(task_name: str, flags: Any) -> dict[str, Any]:
             meta = policy_metadata(
                 env, actor, obs, spec.name, iteration=state["iter"], checkpoint=str(checkpoint)
             )
-            out = checkpoint.parent / "exported"
+            out = checkpoint_run_dir(checkpoint) / "exported"
             _note_replaced_export(out / "policy.json", int(state["iter"]))
             files = export_policy(actor, obs, out, meta)
             exported = {kind: str(path) for kind, path in files.items()}

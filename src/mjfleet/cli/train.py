@@ -20,7 +20,13 @@ from mjfleet.launch.devices import WorkerPlan, external_plan, launched_externall
 from mjfleet.launch.launcher import Interrupted, run_workers
 from mjfleet.rl import AgentConfig
 from mjfleet.runs import Retention, RunDir
-from mjfleet.runs.checkpoints import checkpoint_iteration, find_checkpoint, read_checkpoint
+from mjfleet.runs.checkpoints import (
+    checkpoint_iteration,
+    find_checkpoint,
+    find_wandb_checkpoint,
+    read_checkpoint,
+)
+from mjfleet.runs.video import choose_gl_backend, video_requested
 
 PROG = "train"
 USAGE = """usage: train <Task> [flags]
@@ -101,6 +107,22 @@ class TrainFlags:
     (Eval/* in metrics.jsonl and the dashboard) and keeps the best as model_best.pt. 0: never."""
     eval_episodes: int = 16
     """Episodes per periodic evaluation (on min(this, 64) environments)."""
+    video: bool = False
+    """Rank 0 records environment 0 of the training rollout to <run_dir>/videos/train_<iteration>.mp4 (and to
+    wandb with --logger wandb), drawn from the steps training takes anyway (headless: MUJOCO_GL=egl, else
+    osmesa)."""
+    video_interval: int = 100
+    """With --video: start a recording every this many iterations (at iterations 0, N, 2N, ...)."""
+    video_length: int = 200
+    """With --video: policy steps (frames) per recording; one longer than an iteration's rollout continues into
+    the next iterations."""
+    video_width: int = 640
+    video_height: int = 480
+    wandb_run_path: str | None = None
+    """Resume from the checkpoints a wandb run stored locally: `entity/project/run_id` (or `project/run_id`,
+    `run_id`), found as <logs-root>/**/wandb/*run-*-<run_id>/files/model_<N>.pt, or such a wandb run directory.
+    Needs a run trained with --wandb-upload-checkpoints (offline runs keep them there). Implies --resume;
+    --checkpoint N picks model_N.pt."""
 
 
 @dataclass(frozen=True)
@@ -122,6 +144,8 @@ class TrainJob:
     """The command line as typed (without the program name), for params/run.yaml and the resume hint."""
     eval_interval: int = 0
     eval_episodes: int = 16
+    video: tuple[int, int, int, int] | None = None
+    """--video: (interval, length, width, height); None: no video."""
 
 
 def parse_args(argv: list[str]) -> tuple[str, Any]:
@@ -161,6 +185,7 @@ def resolve(task_name: str, flags: Any, plan: WorkerPlan | None = None) -> Train
         )
     if env.decimation < 1:
         raise UsageError(f"--env.decimation must be >= 1, got {env.decimation}")
+    video = _video_settings(flags)
     if agent.save_interval < 1:
         raise UsageError(f"--agent.save-interval must be >= 1, got {agent.save_interval}")
     batch = env.num_envs * agent.num_steps_per_env
@@ -180,10 +205,8 @@ def resolve(task_name: str, flags: Any, plan: WorkerPlan | None = None) -> Train
         raise UsageError("--wandb-upload-checkpoints needs --logger wandb")
     # Before the new run directory exists, so that --resume can never pick the (empty) run it is about to start.
     resume_from = None
-    if flags.resume or flags.load_run is not None or flags.checkpoint is not None:
-        path = find_checkpoint(
-            pathlib.Path(flags.logs_root) / agent.experiment_name, flags.load_run, flags.checkpoint
-        )
+    path = _resume_checkpoint(flags, agent)
+    if path is not None:
         state = read_checkpoint(path)
         start = int(state["iter"])
         if start >= agent.max_iterations:
@@ -209,7 +232,35 @@ def resolve(task_name: str, flags: Any, plan: WorkerPlan | None = None) -> Train
         wandb_upload_checkpoints=flags.wandb_upload_checkpoints,
         eval_interval=flags.eval_interval,
         eval_episodes=flags.eval_episodes,
+        video=video,
     )
+
+
+def _resume_checkpoint(flags: Any, agent: AgentConfig) -> pathlib.Path | None:
+    """The checkpoint --resume, --load-run, --checkpoint or --wandb-run-path choose; None: a fresh run."""
+    if flags.wandb_run_path is not None:
+        if flags.load_run is not None:
+            raise UsageError("--wandb-run-path and --load-run both choose the run: pass one of them")
+        return find_wandb_checkpoint(flags.wandb_run_path, flags.logs_root, flags.checkpoint)
+    if flags.resume or flags.load_run is not None or flags.checkpoint is not None:
+        experiment = pathlib.Path(flags.logs_root) / agent.experiment_name
+        return find_checkpoint(experiment, flags.load_run, flags.checkpoint)
+    return None
+
+
+def _video_settings(flags: Any) -> tuple[int, int, int, int] | None:
+    """--video's (interval, length, width, height), checked; None without --video."""
+    if flags.video_interval < 1 or flags.video_length < 1:
+        raise UsageError(
+            f"--video-interval and --video-length must be >= 1, got {flags.video_interval} and "
+            f"{flags.video_length}"
+        )
+    w, h = flags.video_width, flags.video_height
+    if w < 2 or h < 2 or w % 2 or h % 2:
+        raise UsageError(f"--video-width/--video-height must be even numbers >= 2 (H.264), got {w}x{h}")
+    if not flags.video:
+        return None
+    return (flags.video_interval, flags.video_length, w, h)
 
 
 def train_worker(job: TrainJob) -> dict[str, Any]:
@@ -247,6 +298,12 @@ def train_worker(job: TrainJob) -> dict[str, Any]:
         evaluator = None
         if ctx.is_main and job.eval_interval > 0:
             evaluator = _evaluator(spec, job, ctx.device)
+        video = None
+        if ctx.is_main and job.video is not None:
+            from mjfleet.runs.video import TrainingVideo
+
+            interval, length, width, height = job.video
+            video = TrainingVideo(env, job.run_dir.path / "videos", interval, length, width, height)
         runner = FleetRunner(
             env,
             job.agent,
@@ -261,6 +318,7 @@ def train_worker(job: TrainJob) -> dict[str, Any]:
             update_threads=job.plan.update_threads,
             evaluator=evaluator,
             eval_interval=job.eval_interval,
+            video=video,
         )
         if job.resume_from is not None:
             try:
@@ -363,7 +421,7 @@ def resume_command(argv: list[str], run_dir: RunDir) -> str:
         name = arg.split("=", 1)[0]
         if name in ("--resume", "--no-resume"):
             continue
-        if name in ("--load-run", "--checkpoint"):
+        if name in ("--load-run", "--checkpoint", "--wandb-run-path"):
             skip = "=" not in arg
             continue
         kept.append(arg)
@@ -400,8 +458,10 @@ def signal_name(signum: int) -> str:
 
 @user_errors(PROG)
 def main(argv: list[str] | None = None) -> None:
-    quiet_warp()
     argv = sys.argv[1:] if argv is None else list(argv)
+    if video_requested(argv):
+        choose_gl_backend()  # before anything imports mujoco
+    quiet_warp()
     task_name, flags = parse_args(argv)
     if launched_externally():
         _train_as_one_of_the_launchers_workers(task_name, flags, argv)

@@ -21,6 +21,7 @@ from mjfleet.runs.checkpoints import Retention
 from mjfleet.runs.console import format_iteration
 from mjfleet.runs.metrics import MetricsWriter
 from mjfleet.runs.run_dir import RunDir, to_plain
+from mjfleet.runs.video import TrainingVideo
 
 
 class FleetRunner:
@@ -60,8 +61,11 @@ class FleetRunner:
         on_iteration: Callable[[dict[str, Any]], None] | None = None,
         evaluator: Callable[[Callable], dict[str, Any]] | None = None,
         eval_interval: int = 0,
+        video: TrainingVideo | None = None,
     ) -> None:
         self.env = env
+        self.video = video
+        """Rank 0's `train --video`: frames of env 0 drawn during the rollout, every few iterations."""
         self.on_iteration = on_iteration
         """Called with every iteration's record, on every rank (`bench` reads its timings there)."""
         self.evaluator = evaluator
@@ -160,8 +164,11 @@ class FleetRunner:
         start_it = self.current_learning_iteration
         total_it = start_it + num_learning_iterations
         train_start = time.perf_counter()
+        video = self.video
         for it in range(start_it, total_it):
             t0 = time.perf_counter()
+            if video is not None:
+                video.begin_iteration(it)
             with torch.inference_mode():
                 for _ in range(self.cfg["num_steps_per_env"]):
                     actions = self.alg.act(obs)
@@ -176,6 +183,8 @@ class FleetRunner:
                         )
                     self.alg.process_env_step(obs, rewards, dones, extras)
                     stats.update(rewards, dones, extras)
+                    if video is not None:
+                        video.step()
                 self.alg.compute_returns(obs)
             # the one host synchronisation of the rollout
             episode = stats.collect(self.alg.sum_across_workers)
@@ -200,7 +209,8 @@ class FleetRunner:
                 eta = (time.perf_counter() - train_start) / done * (total_it - it - 1)
                 print(format_iteration(record, total_it, eta, self.log_format), flush=True)
                 if self.metrics is not None:
-                    self.metrics.write(record)
+                    self.metrics.write(record, stats.recent)
+                self._publish_videos(it)
             stop_signal = self._agreed_stop()
             if stop_signal or self.is_save_point(it + 1):
                 self.save_checkpoint()
@@ -293,7 +303,20 @@ class FleetRunner:
         record.update(episode)
         return record
 
+    def _publish_videos(self, iteration: int) -> None:
+        """Name the videos finished so far on the console, and show them on wandb (at `iteration`)."""
+        if self.video is None:
+            return
+        for path, _ in self.video.take_finished():
+            print(f"video: {path}", flush=True)
+            if self.metrics is not None:
+                self.metrics.log_video(path, iteration)
+
     def close(self) -> None:
+        if self.video is not None:
+            self.video.close()  # a recording cut short by the end of training keeps its frames
+            self._publish_videos(self.current_learning_iteration - 1)
+            self.video = None
         if self.metrics is not None:
             self.metrics.close()
             self.metrics = None
@@ -315,6 +338,9 @@ class FleetRunner:
             self._export(path)
         if self.upload_checkpoints and self.metrics is not None:
             self.metrics.upload_checkpoint(path, self.current_learning_iteration)
+            files = self.metrics.wandb_files
+            if self.retention is not None and files is not None:
+                self.retention.prune(files)
         return path
 
     def save(

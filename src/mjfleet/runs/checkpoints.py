@@ -94,6 +94,75 @@ def find_checkpoint(
     return path.resolve()
 
 
+WANDB_RUN_ID = re.compile(r"^[A-Za-z0-9_-]+$")
+
+
+def wandb_run_files(run_path: str, logs_root: str | os.PathLike = "logs") -> pathlib.Path:
+    """The local directory holding a wandb run's files (`--wandb-run-path`), without any network access.
+
+    `run_path` is `entity/project/run_id` (or `project/run_id`, `run_id`: only the id is matched, as the
+    entity of an offline run is unknown until it is synced), found as
+    <logs_root>/<experiment>/<run>/wandb/<offline->run-<time>-<run_id>/files; or a directory: a wandb run's
+    (wandb/offline-run-*), its files/, an mjfleet run directory with one wandb run, or a directory that
+    `wandb pull` filled with the run's files.
+    """
+    given = pathlib.Path(run_path)
+    if given.is_dir():
+        if (given / "files").is_dir():
+            return given / "files"
+        runs = sorted(given.glob("wandb/*run-*/files"))
+        if len(runs) > 1:
+            raise UsageError(
+                f"--wandb-run-path {run_path}: holds {len(runs)} wandb runs; pass one of them "
+                f"({', '.join(r.parent.name for r in runs[-3:])})"
+            )
+        return runs[0] if runs else given
+    run_id = run_path.rstrip("/").rsplit("/", 1)[-1]
+    if not WANDB_RUN_ID.match(run_id):
+        raise UsageError(f"--wandb-run-path {run_path}: not a directory, nor entity/project/run_id")
+    pattern = f"*/*/wandb/*run-*-{run_id}/files"
+    found = sorted(pathlib.Path(logs_root).glob(pattern))
+    if not found:
+        raise UsageError(
+            f"--wandb-run-path {run_path}: no local files of wandb run {run_id} (looked for "
+            f"{pathlib.Path(logs_root) / pattern}); mjfleet does not download: `wandb pull` them into a "
+            "directory and pass that directory"
+        )
+    return found[-1]
+
+
+def find_wandb_checkpoint(
+    run_path: str, logs_root: str | os.PathLike = "logs", checkpoint: str | None = None
+) -> pathlib.Path:
+    """The checkpoint `--wandb-run-path` (and `--checkpoint`: an iteration number or a file name) picks among a
+    wandb run's local files (`wandb_run_files`); its latest by default."""
+    files = wandb_run_files(run_path, logs_root)
+    found = checkpoints_in(files)
+    if not found:
+        raise UsageError(
+            f"--wandb-run-path {run_path}: {files} holds no checkpoint (model_<iteration>.pt): they are "
+            "there when the run was trained with --wandb-upload-checkpoints"
+        )
+    if checkpoint is None:
+        return found[-1][1].resolve()
+    name = f"model_{int(checkpoint)}.pt" if checkpoint.strip().isdigit() else checkpoint
+    path = files / name
+    if not path.is_file():
+        have = ", ".join(str(it) for it, _ in found)
+        raise UsageError(f"--checkpoint {checkpoint}: {path} does not exist (iterations there: {have})")
+    return path.resolve()
+
+
+def checkpoint_run_dir(path: str | os.PathLike) -> pathlib.Path:
+    """Where outputs about a checkpoint go (eval.json, videos/, exported/): its directory, or, for a copy in a
+    wandb run's files (<run>/wandb/<wandb run>/files/model_<N>.pt), the run directory <run>, so that nothing
+    is added to what wandb syncs."""
+    parent = pathlib.Path(path).parent
+    if parent.name == "files" and parent.parent.parent.name == "wandb":
+        return parent.parent.parent.parent
+    return parent
+
+
 def read_checkpoint(path: str | os.PathLike, map_location: Any = "cpu") -> dict[str, Any]:
     """Load a checkpoint written by FleetRunner.save; an unreadable or foreign file is a UsageError."""
     import torch

@@ -23,6 +23,11 @@ GL_PACKAGES_HINT = (
 _PROBE = "import mujoco; c = mujoco.GLContext(16, 16); c.make_current(); c.free()"
 
 
+def video_requested(argv: list[str]) -> bool:
+    """Whether a command line asks for --video (checked before parsing: parsing imports mujoco)."""
+    return any(a == "--video" or (a.startswith("--video=") and a[8:].lower() in ("true", "1")) for a in argv)
+
+
 def working_gl_backend(candidates: tuple[str, ...] = ("egl", "osmesa")) -> str | None:
     """The first MUJOCO_GL backend that can create an offscreen context here, tried in short subprocesses
     (a backend cannot be changed once mujoco is imported); None when none can."""
@@ -174,3 +179,79 @@ class Mp4Writer:
             self._writer.close()
         finally:
             self._tmp.unlink(missing_ok=True)
+
+
+class TrainingVideo:
+    """`train --video`: every `interval` iterations, the next `length` policy steps of environment 0 of the
+    training rollout itself, as <videos_dir>/train_<iteration>.mp4 (rank 0).
+
+    Frames are drawn from the environments that collect the data (`EnvRecorder` copies world 0's state after
+    each step), so training runs no extra steps: what recording costs is the rendering and the copy of one
+    world's state per recorded step, and nothing between recordings. A recording longer than an iteration's
+    rollout continues into the next iterations; a new one starts only after the previous one has ended.
+    """
+
+    def __init__(
+        self,
+        env: Any,
+        videos_dir: pathlib.Path,
+        interval: int,
+        length: int,
+        width: int = 640,
+        height: int = 480,
+        camera: str | None = None,
+    ) -> None:
+        self.env = env
+        self.videos_dir = pathlib.Path(videos_dir)
+        self.interval = interval
+        self.length = length
+        self.size = (width, height)
+        self.camera = camera
+        self.fps = 1.0 / float(env.step_dt)
+        self._recorder: EnvRecorder | None = None
+        self._writer: Mp4Writer | None = None
+        self._frames = 0
+        self._iteration = 0
+        self.finished: list[tuple[pathlib.Path, int]] = []
+        """(video, iteration during which it ended) of the recordings not yet handed on (`take_finished`)."""
+
+    @property
+    def recording(self) -> bool:
+        return self._writer is not None
+
+    def begin_iteration(self, iteration: int) -> None:
+        """Start a recording when `iteration` (0-based, as in metrics.jsonl) is a multiple of the interval."""
+        self._iteration = iteration
+        if self._writer is None and iteration % self.interval == 0:
+            if self._recorder is None:  # the GL context once, at the first recording
+                self._recorder = EnvRecorder(self.env, *self.size, camera=self.camera)
+            path = self.videos_dir / f"train_{iteration}.mp4"
+            self._writer = Mp4Writer(path, *self.size, fps=self.fps)
+            self._frames = 0
+
+    def step(self) -> None:
+        """After an environment step: one frame while recording."""
+        writer, recorder = self._writer, self._recorder
+        if writer is None or recorder is None:
+            return
+        writer.write(recorder.frame())
+        self._frames += 1
+        if self._frames == self.length:
+            self.finished.append((writer.close(), self._iteration))
+            self._writer = None
+
+    def take_finished(self) -> list[tuple[pathlib.Path, int]]:
+        done, self.finished = self.finished, []
+        return done
+
+    def close(self) -> None:
+        """End of training: an unfinished recording is kept with the frames it has (none: no file)."""
+        if self._writer is not None:
+            if self._frames:
+                self.finished.append((self._writer.close(), self._iteration))
+            else:
+                self._writer.abort()
+            self._writer = None
+        if self._recorder is not None:
+            self._recorder.close()
+            self._recorder = None
