@@ -27,6 +27,7 @@ Evaluate a policy: the latest checkpoint of the task's experiment unless told ot
   play Cartpole-Balance                              latest run, latest checkpoint, 32 episodes
   play Cartpole-Balance --checkpoint 100 --load-run 2026-01-31   a given run and iteration (or a file path)
   play Cartpole-Balance --video --export             also an mp4 of env 0 and exported/policy.onnx
+  play Cartpole-Balance --viewer                     watch env 0 live in MuJoCo's viewer window (needs a display)
   play Cartpole-Balance --agent random               a baseline without a checkpoint (random or zero)
   play Quadruped-Velocity-Flat --baselines --command 0.5 0 0   trained vs zero vs random, one fixed command
   play <Task> --help                                 every flag of that task"""
@@ -66,6 +67,13 @@ class PlayFlags:
     video_height: int = 480
     video_camera: str | None = None
     """A model camera name or number (-1: free camera). Default: the model's first camera, else a free one."""
+    viewer: bool = False
+    """Watch one environment live in MuJoCo's viewer window (needs a display; no network port) until the window
+    closes or the episodes end."""
+    viewer_env: int = 0
+    """The environment the viewer shows."""
+    speed: float = 1.0
+    """Viewer pace: simulated time runs at this multiple of real time (as fast as possible when it cannot)."""
     export: bool = False
     """Export the policy to <run_dir>/exported/policy.onnx (+ policy.pt, policy.json), checked against torch."""
     baselines: bool = False
@@ -113,6 +121,11 @@ def check_flags(flags: Any) -> None:
         w, h = flags.video_width, flags.video_height
         if w < 2 or h < 2 or w % 2 or h % 2:
             raise UsageError(f"--video-width/--video-height must be even numbers >= 2 (H.264), got {w}x{h}")
+    if flags.viewer:
+        if not flags.speed > 0:
+            raise UsageError(f"--speed must be > 0, got {flags.speed}")
+        if flags.viewer_env < 0:
+            raise UsageError(f"--viewer-env must be >= 0, got {flags.viewer_env}")
     if flags.policy != "checkpoint":
         if flags.baselines:
             raise UsageError(
@@ -151,6 +164,14 @@ def play(task_name: str, flags: Any) -> dict[str, Any]:
         env_cfg.num_envs = DEFAULT_NUM_ENVS
     if env_cfg.num_envs < 1:
         raise UsageError(f"--num-envs must be >= 1, got {env_cfg.num_envs}")
+    if flags.viewer:
+        from mjfleet.runs.viewer import check_display
+
+        if flags.viewer_env >= env_cfg.num_envs:
+            raise UsageError(
+                f"--viewer-env {flags.viewer_env}: there are {env_cfg.num_envs} environments (--num-envs)"
+            )
+        check_display()
     if flags.command is not None:
         commands = getattr(env_cfg, "commands", None)
         if not callable(getattr(commands, "fix", None)):
@@ -208,6 +229,26 @@ def play(task_name: str, flags: Any) -> dict[str, Any]:
         if writer is not None and recorder is not None:
             video_writer, video_recorder = writer, recorder
             frame_sink = lambda: video_writer.write(video_recorder.frame())  # noqa: E731
+        viewer = on_step = None
+        closed_early: list[bool] = []
+        if flags.viewer:
+            from mjfleet.runs.viewer import EnvViewer
+
+            viewer = EnvViewer(env, flags.viewer_env, flags.speed)
+            print(
+                f"viewer: environment {flags.viewer_env} of {spec.name} at {flags.speed:g}x real time; "
+                "close the window to stop",
+                flush=True,
+            )
+            live = viewer
+
+            def on_step() -> bool:
+                if not live.is_running:  # the user closed the window: stop with the episodes finished so far
+                    closed_early.append(True)
+                    return False
+                live.show()
+                return True
+
         try:
             torch.manual_seed(agent_cfg.seed)  # the baselines start from the same states and commands
             result = evaluate(
@@ -216,6 +257,7 @@ def play(task_name: str, flags: Any) -> dict[str, Any]:
                 flags.episodes,
                 frame_sink=frame_sink,
                 video_length=flags.video_length,
+                on_step=on_step,
             )
         except BaseException:
             if writer is not None:
@@ -224,6 +266,8 @@ def play(task_name: str, flags: Any) -> dict[str, Any]:
         finally:
             if recorder is not None:
                 recorder.close()
+            if viewer is not None:
+                viewer.close()
         if writer is not None:
             writer.close()
 
@@ -270,6 +314,9 @@ def play(task_name: str, flags: Any) -> dict[str, Any]:
         "baselines": baselines,
         "wall_s": time.perf_counter() - start,
         "video": str(video_path) if video_path else None,
+        "viewer": {"env": flags.viewer_env, "speed": flags.speed, "closed_early": bool(closed_early)}
+        if flags.viewer
+        else None,
         "exported": exported,
         "env_cfg": _plain(dataclasses.asdict(env_cfg)),
     }
@@ -340,6 +387,8 @@ def _print_summary(summary: dict[str, Any], label: str, output: pathlib.Path) ->
         if summary["policy"] == "checkpoint"
         else ""
     )
+    if summary["viewer"] and summary["viewer"]["closed_early"]:
+        print(f"viewer closed: the evaluation stopped after {summary['steps']} steps")
     if summary["episodes"] == 0:
         print(f"{summary['task']}, {label}: no episode finished")
     else:
