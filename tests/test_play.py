@@ -334,3 +334,54 @@ def test_play_notes_only_the_env_settings_that_differ_from_training(capsys):
         "note: env settings differ from training: commands.lin_vel_x=[-0.5, 0.5] (trained: "
     )
     assert out.count("=") == 1 and len(out.splitlines()) == 1
+
+
+def test_play_evaluates_the_quadruped_without_its_domain_randomisation_unless_train_env():
+    from mjfleet.cli.play import parse_args
+    from mjfleet.tasks import get_task
+
+    spec = get_task("Quadruped-Velocity-Flat")
+    _, flags = parse_args(["Quadruped-Velocity-Flat", "--num-envs", "2"])
+    events, noise = flags.env.events, flags.env.noise
+    assert events.push_velocity == 0.0 and not noise.enabled
+    assert events.foot_friction is None and events.added_trunk_mass is None  # the model's own
+    flags.env.num_envs = 2
+    env = spec.make_env(flags.env, "cpu")
+    nominal = float(env.mj_model.geom_friction[env.foot_geoms[0], 0])
+    assert env.foot_friction.tolist() == pytest.approx([nominal, nominal]) and env.added_mass.tolist() == [
+        0.0,
+        0.0,
+    ]
+    assert (
+        float(
+            env.sim.model_view("body_mass")[:, env.trunk_body]
+            .sub(env.mj_model.body_mass[env.trunk_body])
+            .abs()
+            .max()
+        )
+        < 1e-6
+    )
+    assert float(env._actor_noise.abs().sum()) == 0.0
+
+    _, trained = parse_args(["Quadruped-Velocity-Flat", "--train-env"])
+    assert trained.env == spec.env_config()  # the training config, randomisation and all
+    assert trained.env.events.push_velocity > 0 and trained.env.noise.enabled
+    # --env.* flags change the play settings too (here: pushes back on, in play)
+    _, pushed = parse_args(["Quadruped-Velocity-Flat", "--env.events.push-velocity", "0.3"])
+    assert pushed.env.events.push_velocity == 0.3 and not pushed.env.noise.enabled
+
+
+@pytest.mark.parametrize("train_env", [False, True])
+def test_eval_json_records_whether_play_or_training_env_settings_were_used(train_env, tmp_path, capsys):
+    from mjfleet.cli.play import main
+
+    out = tmp_path / "eval.json"
+    args = ["Quadruped-Velocity-Flat", "--agent", "zero", "--gpu-ids", "None", "--num-envs", "2", "--episodes", "2",
+            "--env.episode-length-s", "0.1", "--output", str(out)]  # fmt: skip
+    main([*args, "--train-env"] if train_env else args)
+    report = json.loads(out.read_text())
+    printed = capsys.readouterr().out
+    assert report["env_settings"] == ("train" if train_env else "play")
+    assert report["env_cfg"]["events"]["push_velocity"] == (0.5 if train_env else 0.0)
+    assert report["env_cfg"]["noise"]["enabled"] == train_env
+    assert ("play settings of Quadruped-Velocity-Flat:" in printed) != train_env

@@ -81,10 +81,31 @@ class PlayFlags:
     (trained / zero / random) and add them to eval.json under "baselines"."""
     command: tuple[float, float, float] | None = None
     """Velocity tasks: command VX VY WZ (m/s, m/s, rad/s; base frame) in every episode instead of random draws."""
+    train_env: bool = False
+    """Evaluate with the training env settings. Default: the task's play settings where it has them (locomotion:
+    no pushes, no observation noise, nominal friction and mass), so that play measures the policy, not the
+    domain randomisation. --env.* flags change whichever is chosen."""
 
 
 def parse_args(argv: list[str]) -> tuple[str, Any]:
-    return parse_task_command(_agent_alias(argv), PROG, USAGE, PlayFlags, description=PlayFlags.__doc__)
+    # The --env.* flags change the task's play settings, or with --train-env its training config.
+    train_env = _flag_given(argv, "--train-env")
+    return parse_task_command(
+        _agent_alias(argv),
+        PROG,
+        USAGE,
+        PlayFlags,
+        description=PlayFlags.__doc__,
+        env_defaults=lambda spec: spec.env_config() if train_env else spec.play_env_config(),
+    )
+
+
+def _flag_given(argv: list[str], flag: str) -> bool:
+    """Whether the boolean `flag` is on in `argv` (`--flag`, `--flag=true`), before tyro parses it."""
+    prefix = flag + "="
+    return any(
+        a == flag or (a.startswith(prefix) and a[len(prefix) :].lower() in ("true", "1")) for a in argv
+    )
 
 
 def _agent_alias(args: list[str]) -> list[str]:
@@ -108,7 +129,7 @@ def _agent_alias(args: list[str]) -> list[str]:
 
 
 def _wants_video(argv: list[str]) -> bool:
-    return any(a == "--video" or (a.startswith("--video=") and a[8:].lower() in ("true", "1")) for a in argv)
+    return _flag_given(argv, "--video")
 
 
 def check_flags(flags: Any) -> None:
@@ -179,12 +200,25 @@ def play(task_name: str, flags: Any) -> dict[str, Any]:
         commands.fix(*flags.command)
     device = _device(flags)
 
+    play_keys = _play_setting_keys(spec) if not flags.train_env else set()
+    if play_keys:
+        print(
+            f"play settings of {spec.name}: "
+            + ", ".join(
+                f"{k}={v!r}"
+                for k, v in _flatten(_plain(dataclasses.asdict(env_cfg))).items()
+                if k in play_keys
+            )
+            + " (--train-env: as in training)"
+        )
     state = checkpoint = None
     if flags.policy == "checkpoint":
         experiment = pathlib.Path(flags.logs_root) / agent_cfg.experiment_name
         checkpoint = find_checkpoint(experiment, flags.load_run, flags.checkpoint)
         state = read_checkpoint(checkpoint, map_location="cpu")
-        _notice_differences(spec.name, env_cfg, state, fixed_command=flags.command is not None)
+        _notice_differences(
+            spec.name, env_cfg, state, fixed_command=flags.command is not None, on_purpose=play_keys
+        )
         out_dir = checkpoint.parent
         label = f"{checkpoint.name} (iteration {state['iter']})"
     else:
@@ -310,6 +344,7 @@ def play(task_name: str, flags: Any) -> dict[str, Any]:
         "device": device,
         "seed": agent_cfg.seed,
         "command": list(flags.command) if flags.command is not None else None,
+        "env_settings": "play" if play_keys else "train",
         **result,
         "baselines": baselines,
         "wall_s": time.perf_counter() - start,
@@ -338,7 +373,20 @@ def _baseline_policy(name: str, env, seed: int):
     return zero_policy(env) if name == "zero" else random_policy(env, seed)
 
 
-def _notice_differences(task: str, env_cfg: Any, state: dict[str, Any], fixed_command: bool = False) -> None:
+def _play_setting_keys(spec: Any) -> set[str]:
+    """The dotted env settings the task's play settings change (empty when it has none)."""
+    trained = _flatten(_plain(dataclasses.asdict(spec.env_config())))
+    played = _flatten(_plain(dataclasses.asdict(spec.play_env_config())))
+    return {k for k in played if trained.get(k) != played[k]}
+
+
+def _notice_differences(
+    task: str,
+    env_cfg: Any,
+    state: dict[str, Any],
+    fixed_command: bool = False,
+    on_purpose: set[str] | frozenset[str] = frozenset(),
+) -> None:
     infos = state.get("infos") or {}
     if infos.get("task") and infos["task"] != task:
         print(f"note: the checkpoint was trained on {infos['task']}; playing it on {task}")
@@ -346,7 +394,7 @@ def _notice_differences(task: str, env_cfg: Any, state: dict[str, Any], fixed_co
     # and a note should name the one nested setting that differs, not its whole group.
     trained = _flatten(_plain(infos.get("env_cfg") or {}))
     now = _flatten(_plain(dataclasses.asdict(env_cfg)))
-    ignore = {"num_envs", "capture_graphs", "capture_step"}
+    ignore = {"num_envs", "capture_graphs", "capture_step", *on_purpose}  # on purpose: the play settings
     differ = [k for k in now if k in trained and k not in ignore and trained[k] != now[k]]
     if fixed_command:  # --command changes these on purpose
         differ = [k for k in differ if not k.startswith("commands.")]

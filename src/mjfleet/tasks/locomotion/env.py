@@ -197,10 +197,16 @@ class LocomotionEnv(MujocoVecEnv):
     def _randomize_physics(self) -> None:
         """Start-up randomisation, once per environment: foot friction and added trunk mass."""
         ev, n, dev = self.cfg.events, self.num_envs, self.device
-        self.foot_friction = _uniform_range((n,), ev.foot_friction, dev)
         friction = self.sim.model_view("geom_friction")  # (n, ngeom, 3), one copy per world
-        friction[:, self.foot_geoms, 0] = self.foot_friction.unsqueeze(1)
-        self.added_mass = _uniform_range((n,), ev.added_trunk_mass, dev)
+        if ev.foot_friction is None:  # nominal: the model's own (what the critic observes, too)
+            self.foot_friction = friction[:, self.foot_geoms[0], 0].clone()
+        else:
+            self.foot_friction = _uniform_range((n,), ev.foot_friction, dev)
+            friction[:, self.foot_geoms, 0] = self.foot_friction.unsqueeze(1)
+        if ev.added_trunk_mass is None:  # nominal: the model's own mass
+            self.added_mass = torch.zeros(n, device=dev)
+        else:
+            self.added_mass = _uniform_range((n,), ev.added_trunk_mass, dev)
         mass = self.sim.model_view("body_mass")  # (n, nbody)
         mass[:, self.trunk_body] += self.added_mass
         self.sim.set_constants()  # the subtree masses and inverse weights of each world's heavier or lighter trunk
