@@ -158,6 +158,11 @@ def test_export_writes_an_onnx_policy_that_matches_torch(trained, played):
     assert meta["actions"]["ctrlrange"] == [[-1.0, 1.0]]
     assert meta["actions"]["control"].startswith("ctrl = clip(action_scale * clip(action")
     assert meta["actions"]["joint_names"] == ["slider"] and meta["actions"]["stiffness"] == [None]  # a motor
+    assert meta["actions"]["offset"] == [0.0] and "force on the cart" in meta["actions"]["meaning"]
+    names = ["cart_position", "cos_pole_angle", "sin_pole_angle", "cart_velocity", "pole_angular_velocity"]
+    assert meta["input"]["terms"] == [
+        {"name": n, "group": "actor", "start": i, "stop": i + 1} for i, n in enumerate(names)
+    ]
     assert meta["versions"]["rsl-rl-lib"] == "5.5.1"
     # The same metadata inside the ONNX model, for a deployment that has only policy.onnx
     import onnx
