@@ -111,3 +111,24 @@ def test_viewer_without_a_usable_display_is_one_line_suggesting_video(
     lines = capsys.readouterr().err.strip().splitlines()
     assert exit_info.value.code == 2 and len(lines) == 1, lines
     assert needle in lines[0] and "record a video instead: --video" in lines[0]
+
+
+def test_a_closed_viewer_stops_the_evaluation_at_that_step():
+    """What a closed window does: the evaluation's on_step hook returns False, and it stops there."""
+    from mjfleet.evaluation import evaluate, zero_policy
+    from mjfleet.tasks import get_task
+
+    spec = get_task("Cartpole-Swingup")  # episodes of 400 steps: none ends within the first 30
+    cfg = spec.env_config()
+    cfg.num_envs = 2
+    env = spec.make_env(cfg)
+    calls = []
+
+    def on_step() -> bool:  # the window "closes" after 30 steps
+        calls.append(env.episode_length_buf.clone())
+        return len(calls) <= 30
+
+    result = evaluate(env, zero_policy(env), episodes=2, on_step=on_step)
+    assert result["steps"] == 30 and result["episodes"] == 0 and len(calls) == 31
+    assert calls[0].tolist() == [0, 0]  # first called after the reset, then after every step
+    assert calls[30].tolist() == [30, 30]
