@@ -301,6 +301,9 @@ def _plain(value: Any) -> Any:
             if not bool((value == value[0]).all()):
                 raise ValueError("per-environment values differ: there is no one value to export")
             value = value[0]
+        # float32 as the shortest text that reads back exactly (0.9, not 0.8999999761581421)
+        if value.dtype == torch.float32:
+            return value.numpy().astype(str).astype(float).tolist()
         return value.tolist()
     if isinstance(value, (tuple, list)):
         return [_plain(v) for v in value]
