@@ -390,3 +390,27 @@ def test_eval_json_records_whether_play_or_training_env_settings_were_used(train
     assert report["env_cfg"]["events"]["push_velocity"] == (0.5 if train_env else 0.0)
     assert report["env_cfg"]["noise"]["enabled"] == train_env
     assert ("play settings of Quadruped-Velocity-Flat:" in printed) != train_env
+
+
+@pytest.mark.parametrize("task", ["Quadruped-Velocity-Flat", "Humanoid-Velocity-Flat"])
+def test_the_play_settings_are_not_reported_as_differences_from_training(task, capsys):
+    import dataclasses
+
+    from mjfleet.cli.play import _notice_differences, _play_setting_keys, parse_args
+    from mjfleet.tasks import get_task
+
+    spec = get_task(task)
+    _, flags = parse_args([task])
+    assert flags.env.events.push_velocity == 0.0 and not flags.env.noise.enabled
+    state = {"infos": {"task": spec.name, "env_cfg": dataclasses.asdict(spec.env_config())}}
+    keys = _play_setting_keys(spec)
+    assert keys == {
+        "events.push_velocity",
+        "noise.enabled",
+        "events.foot_friction",
+        "events.added_trunk_mass",
+    }
+    _notice_differences(spec.name, flags.env, state, on_purpose=keys)
+    assert capsys.readouterr().out == ""
+    _notice_differences(spec.name, flags.env, state)  # what the note would say without knowing them
+    assert "noise.enabled=False (trained: True)" in capsys.readouterr().out
