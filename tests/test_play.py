@@ -158,6 +158,11 @@ def test_export_writes_an_onnx_policy_that_matches_torch(trained, played):
     assert meta["actions"]["ctrlrange"] == [[-1.0, 1.0]]
     assert meta["actions"]["control"].startswith("ctrl = clip(action_scale * clip(action")
     assert meta["actions"]["joint_names"] == ["slider"] and meta["actions"]["stiffness"] == [None]  # a motor
+    assert meta["actions"]["offset"] == [0.0] and "force on the cart" in meta["actions"]["meaning"]
+    names = ["cart_position", "cos_pole_angle", "sin_pole_angle", "cart_velocity", "pole_angular_velocity"]
+    assert meta["input"]["terms"] == [
+        {"name": n, "group": "actor", "start": i, "stop": i + 1} for i, n in enumerate(names)
+    ]
     assert meta["versions"]["rsl-rl-lib"] == "5.5.1"
     # The same metadata inside the ONNX model, for a deployment that has only policy.onnx
     import onnx
@@ -334,3 +339,78 @@ def test_play_notes_only_the_env_settings_that_differ_from_training(capsys):
         "note: env settings differ from training: commands.lin_vel_x=[-0.5, 0.5] (trained: "
     )
     assert out.count("=") == 1 and len(out.splitlines()) == 1
+
+
+def test_play_evaluates_the_quadruped_without_its_domain_randomisation_unless_train_env():
+    from mjfleet.cli.play import parse_args
+    from mjfleet.tasks import get_task
+
+    spec = get_task("Quadruped-Velocity-Flat")
+    _, flags = parse_args(["Quadruped-Velocity-Flat", "--num-envs", "2"])
+    events, noise = flags.env.events, flags.env.noise
+    assert events.push_velocity == 0.0 and not noise.enabled
+    assert events.foot_friction is None and events.added_trunk_mass is None  # the model's own
+    flags.env.num_envs = 2
+    env = spec.make_env(flags.env, "cpu")
+    nominal = float(env.mj_model.geom_friction[env.foot_geoms[0], 0])
+    assert env.foot_friction.tolist() == pytest.approx([nominal, nominal]) and env.added_mass.tolist() == [
+        0.0,
+        0.0,
+    ]
+    assert (
+        float(
+            env.sim.model_view("body_mass")[:, env.trunk_body]
+            .sub(env.mj_model.body_mass[env.trunk_body])
+            .abs()
+            .max()
+        )
+        < 1e-6
+    )
+    assert float(env._actor_noise.abs().sum()) == 0.0
+
+    _, trained = parse_args(["Quadruped-Velocity-Flat", "--train-env"])
+    assert trained.env == spec.env_config()  # the training config, randomisation and all
+    assert trained.env.events.push_velocity > 0 and trained.env.noise.enabled
+    # --env.* flags change the play settings too (here: pushes back on, in play)
+    _, pushed = parse_args(["Quadruped-Velocity-Flat", "--env.events.push-velocity", "0.3"])
+    assert pushed.env.events.push_velocity == 0.3 and not pushed.env.noise.enabled
+
+
+@pytest.mark.parametrize("train_env", [False, True])
+def test_eval_json_records_whether_play_or_training_env_settings_were_used(train_env, tmp_path, capsys):
+    from mjfleet.cli.play import main
+
+    out = tmp_path / "eval.json"
+    args = ["Quadruped-Velocity-Flat", "--agent", "zero", "--gpu-ids", "None", "--num-envs", "2", "--episodes", "2",
+            "--env.episode-length-s", "0.1", "--output", str(out)]  # fmt: skip
+    main([*args, "--train-env"] if train_env else args)
+    report = json.loads(out.read_text())
+    printed = capsys.readouterr().out
+    assert report["env_settings"] == ("train" if train_env else "play")
+    assert report["env_cfg"]["events"]["push_velocity"] == (0.5 if train_env else 0.0)
+    assert report["env_cfg"]["noise"]["enabled"] == train_env
+    assert ("play settings of Quadruped-Velocity-Flat:" in printed) != train_env
+
+
+@pytest.mark.parametrize("task", ["Quadruped-Velocity-Flat", "Humanoid-Velocity-Flat"])
+def test_the_play_settings_are_not_reported_as_differences_from_training(task, capsys):
+    import dataclasses
+
+    from mjfleet.cli.play import _notice_differences, _play_setting_keys, parse_args
+    from mjfleet.tasks import get_task
+
+    spec = get_task(task)
+    _, flags = parse_args([task])
+    assert flags.env.events.push_velocity == 0.0 and not flags.env.noise.enabled
+    state = {"infos": {"task": spec.name, "env_cfg": dataclasses.asdict(spec.env_config())}}
+    keys = _play_setting_keys(spec)
+    assert keys == {
+        "events.push_velocity",
+        "noise.enabled",
+        "events.foot_friction",
+        "events.added_trunk_mass",
+    }
+    _notice_differences(spec.name, flags.env, state, on_purpose=keys)
+    assert capsys.readouterr().out == ""
+    _notice_differences(spec.name, flags.env, state)  # what the note would say without knowing them
+    assert "noise.enabled=False (trained: True)" in capsys.readouterr().out

@@ -38,7 +38,12 @@ def random_policy(env, seed: int = 0) -> Policy:
 
 
 def evaluate(
-    env, policy: Policy, episodes: int, frame_sink: Callable[[], None] | None = None, video_length: int = 0
+    env,
+    policy: Policy,
+    episodes: int,
+    frame_sink: Callable[[], None] | None = None,
+    video_length: int = 0,
+    on_step: Callable[[], bool] | None = None,
 ) -> dict[str, Any]:
     """Reset `env`, run `policy(obs) -> actions` until every environment finished ceil(episodes / num_envs)
     episodes, and summarise.
@@ -51,7 +56,9 @@ def evaluate(
     entries over those episodes, and `counts` sums the other entries (e.g. `Sim/nan_resets`).
 
     `frame_sink()`, if given, is called before each of the first `video_length` steps (stepping on past the
-    evaluation if needed; those extra steps count nowhere). The policy is called under `torch.inference_mode`.
+    evaluation if needed; those extra steps count nowhere). `on_step()`, if given, is called after the reset and
+    after each step of the evaluation (a live viewer); when it returns False the evaluation stops there and
+    summarises the episodes finished so far. The policy is called under `torch.inference_mode`.
     """
     if episodes < 1:
         raise ValueError(f"episodes must be >= 1, got {episodes}")
@@ -74,8 +81,9 @@ def evaluate(
     evaluated = False
     with torch.inference_mode():
         obs, _ = env.reset()
+        stopped = on_step is not None and not on_step()
         while True:
-            evaluated = evaluated or steps >= max_steps or bool((count >= quota).all())
+            evaluated = evaluated or stopped or steps >= max_steps or bool((count >= quota).all())
             wants_frame = frame_sink is not None and frames < video_length
             if evaluated and not wants_frame:
                 break
@@ -108,6 +116,8 @@ def evaluate(
                 else:
                     _accumulate(count_sums, key, value)
             steps += 1
+            if on_step is not None and not on_step():
+                stopped = True
 
     valid = (torch.arange(quota, device=device)[None, :] < count[:, None]).T.reshape(-1)
     chosen_returns = returns.T.reshape(-1)[valid][:episodes].double().cpu()

@@ -150,9 +150,11 @@ def parse_task_command(
     flags_base: type,
     description: str | None = None,
     sweeps: tuple[str, ...] = (),
+    env_defaults: Callable[[Any], Any] | None = None,
 ):
     """(task name, flags) for `<prog> <Task> [flags]`: `flags_base` plus the task's own --env.* / --agent.*, with
-    the short aliases the user gave already applied to them (see mjfleet.cli.aliases; ``sweeps`` as there)."""
+    the short aliases the user gave already applied to them (see mjfleet.cli.aliases; ``sweeps`` as there).
+    ``env_defaults(spec)`` gives the env config the --env.* flags change (default: ``spec.env_config()``)."""
     from mjfleet.tasks import get_task
 
     task_name, rest = split_task(argv, prog, usage)
@@ -164,9 +166,8 @@ def parse_task_command(
         if hint is None:
             raise
         raise UsageError(hint) from None
-    flags_type = with_task_configs(
-        flags_base, spec.env_config(), spec.agent_config(), f"{prog.title()}Config"
-    )
+    env_default = env_defaults(spec) if env_defaults is not None else spec.env_config()
+    flags_type = with_task_configs(flags_base, env_default, spec.agent_config(), f"{prog.title()}Config")
     try:
         flags = parse_flags(
             flags_type, rest, prog=f"{prog} {spec.name}", description=description or spec.description

@@ -27,6 +27,7 @@ Evaluate a policy: the latest checkpoint of the task's experiment unless told ot
   play Cartpole-Balance                              latest run, latest checkpoint, 32 episodes
   play Cartpole-Balance --checkpoint 100 --load-run 2026-01-31   a given run and iteration (or a file path)
   play Cartpole-Balance --video --export             also an mp4 of env 0 and exported/policy.onnx
+  play Cartpole-Balance --viewer                     watch env 0 live in MuJoCo's viewer window (needs a display)
   play Cartpole-Balance --agent random               a baseline without a checkpoint (random or zero)
   play Quadruped-Velocity-Flat --baselines --command 0.5 0 0   trained vs zero vs random, one fixed command
   play <Task> --help                                 every flag of that task"""
@@ -70,6 +71,13 @@ class PlayFlags:
     video_height: int = 480
     video_camera: str | None = None
     """A model camera name or number (-1: free camera). Default: the model's first camera, else a free one."""
+    viewer: bool = False
+    """Watch one environment live in MuJoCo's viewer window (needs a display; no network port) until the window
+    closes or the episodes end."""
+    viewer_env: int = 0
+    """The environment the viewer shows."""
+    speed: float = 1.0
+    """Viewer pace: simulated time runs at this multiple of real time (as fast as possible when it cannot)."""
     export: bool = False
     """Export the policy to <run_dir>/exported/policy.onnx (+ policy.pt, policy.json), checked against torch."""
     baselines: bool = False
@@ -77,10 +85,31 @@ class PlayFlags:
     (trained / zero / random) and add them to eval.json under "baselines"."""
     command: tuple[float, float, float] | None = None
     """Velocity tasks: command VX VY WZ (m/s, m/s, rad/s; base frame) in every episode instead of random draws."""
+    train_env: bool = False
+    """Evaluate with the training env settings. Default: the task's play settings where it has them (locomotion:
+    no pushes, no observation noise, nominal friction and mass), so that play measures the policy, not the
+    domain randomisation. --env.* flags change whichever is chosen."""
 
 
 def parse_args(argv: list[str]) -> tuple[str, Any]:
-    return parse_task_command(_agent_alias(argv), PROG, USAGE, PlayFlags, description=PlayFlags.__doc__)
+    # The --env.* flags change the task's play settings, or with --train-env its training config.
+    train_env = _flag_given(argv, "--train-env")
+    return parse_task_command(
+        _agent_alias(argv),
+        PROG,
+        USAGE,
+        PlayFlags,
+        description=PlayFlags.__doc__,
+        env_defaults=lambda spec: spec.env_config() if train_env else spec.play_env_config(),
+    )
+
+
+def _flag_given(argv: list[str], flag: str) -> bool:
+    """Whether the boolean `flag` is on in `argv` (`--flag`, `--flag=true`), before tyro parses it."""
+    prefix = flag + "="
+    return any(
+        a == flag or (a.startswith(prefix) and a[len(prefix) :].lower() in ("true", "1")) for a in argv
+    )
 
 
 def _agent_alias(args: list[str]) -> list[str]:
@@ -104,7 +133,7 @@ def _agent_alias(args: list[str]) -> list[str]:
 
 
 def _wants_video(argv: list[str]) -> bool:
-    return any(a == "--video" or (a.startswith("--video=") and a[8:].lower() in ("true", "1")) for a in argv)
+    return _flag_given(argv, "--video")
 
 
 def check_flags(flags: Any) -> None:
@@ -117,6 +146,11 @@ def check_flags(flags: Any) -> None:
         w, h = flags.video_width, flags.video_height
         if w < 2 or h < 2 or w % 2 or h % 2:
             raise UsageError(f"--video-width/--video-height must be even numbers >= 2 (H.264), got {w}x{h}")
+    if flags.viewer:
+        if not flags.speed > 0:
+            raise UsageError(f"--speed must be > 0, got {flags.speed}")
+        if flags.viewer_env < 0:
+            raise UsageError(f"--viewer-env must be >= 0, got {flags.viewer_env}")
     if flags.policy != "checkpoint":
         if flags.baselines:
             raise UsageError(
@@ -162,6 +196,14 @@ def play(task_name: str, flags: Any) -> dict[str, Any]:
         env_cfg.num_envs = DEFAULT_NUM_ENVS
     if env_cfg.num_envs < 1:
         raise UsageError(f"--num-envs must be >= 1, got {env_cfg.num_envs}")
+    if flags.viewer:
+        from mjfleet.runs.viewer import check_display
+
+        if flags.viewer_env >= env_cfg.num_envs:
+            raise UsageError(
+                f"--viewer-env {flags.viewer_env}: there are {env_cfg.num_envs} environments (--num-envs)"
+            )
+        check_display()
     if flags.command is not None:
         commands = getattr(env_cfg, "commands", None)
         if not callable(getattr(commands, "fix", None)):
@@ -169,6 +211,17 @@ def play(task_name: str, flags: Any) -> dict[str, Any]:
         commands.fix(*flags.command)
     device = _device(flags)
 
+    play_keys = _play_setting_keys(spec) if not flags.train_env else set()
+    if play_keys:
+        print(
+            f"play settings of {spec.name}: "
+            + ", ".join(
+                f"{k}={v!r}"
+                for k, v in _flatten(_plain(dataclasses.asdict(env_cfg))).items()
+                if k in play_keys
+            )
+            + " (--train-env: as in training)"
+        )
     state = checkpoint = None
     if flags.policy == "checkpoint":
         experiment = pathlib.Path(flags.logs_root) / agent_cfg.experiment_name
@@ -177,7 +230,9 @@ def play(task_name: str, flags: Any) -> dict[str, Any]:
         else:
             checkpoint = find_checkpoint(experiment, flags.load_run, flags.checkpoint)
         state = read_checkpoint(checkpoint, map_location="cpu")
-        _notice_differences(spec.name, env_cfg, state, fixed_command=flags.command is not None)
+        _notice_differences(
+            spec.name, env_cfg, state, fixed_command=flags.command is not None, on_purpose=play_keys
+        )
         out_dir = checkpoint_run_dir(checkpoint)
         label = f"{checkpoint.name} (iteration {state['iter']})"
     else:
@@ -222,6 +277,26 @@ def play(task_name: str, flags: Any) -> dict[str, Any]:
         if writer is not None and recorder is not None:
             video_writer, video_recorder = writer, recorder
             frame_sink = lambda: video_writer.write(video_recorder.frame())  # noqa: E731
+        viewer = on_step = None
+        closed_early: list[bool] = []
+        if flags.viewer:
+            from mjfleet.runs.viewer import EnvViewer
+
+            viewer = EnvViewer(env, flags.viewer_env, flags.speed)
+            print(
+                f"viewer: environment {flags.viewer_env} of {spec.name} at {flags.speed:g}x real time; "
+                "close the window to stop",
+                flush=True,
+            )
+            live = viewer
+
+            def on_step() -> bool:
+                if not live.is_running:  # the user closed the window: stop with the episodes finished so far
+                    closed_early.append(True)
+                    return False
+                live.show()
+                return True
+
         try:
             torch.manual_seed(agent_cfg.seed)  # the baselines start from the same states and commands
             result = evaluate(
@@ -230,6 +305,7 @@ def play(task_name: str, flags: Any) -> dict[str, Any]:
                 flags.episodes,
                 frame_sink=frame_sink,
                 video_length=flags.video_length,
+                on_step=on_step,
             )
         except BaseException:
             if writer is not None:
@@ -238,6 +314,8 @@ def play(task_name: str, flags: Any) -> dict[str, Any]:
         finally:
             if recorder is not None:
                 recorder.close()
+            if viewer is not None:
+                viewer.close()
         if writer is not None:
             writer.close()
 
@@ -280,10 +358,14 @@ def play(task_name: str, flags: Any) -> dict[str, Any]:
         "device": device,
         "seed": agent_cfg.seed,
         "command": list(flags.command) if flags.command is not None else None,
+        "env_settings": "play" if play_keys else "train",
         **result,
         "baselines": baselines,
         "wall_s": time.perf_counter() - start,
         "video": str(video_path) if video_path else None,
+        "viewer": {"env": flags.viewer_env, "speed": flags.speed, "closed_early": bool(closed_early)}
+        if flags.viewer
+        else None,
         "exported": exported,
         "env_cfg": _plain(dataclasses.asdict(env_cfg)),
     }
@@ -305,7 +387,20 @@ def _baseline_policy(name: str, env, seed: int):
     return zero_policy(env) if name == "zero" else random_policy(env, seed)
 
 
-def _notice_differences(task: str, env_cfg: Any, state: dict[str, Any], fixed_command: bool = False) -> None:
+def _play_setting_keys(spec: Any) -> set[str]:
+    """The dotted env settings the task's play settings change (empty when it has none)."""
+    trained = _flatten(_plain(dataclasses.asdict(spec.env_config())))
+    played = _flatten(_plain(dataclasses.asdict(spec.play_env_config())))
+    return {k for k in played if trained.get(k) != played[k]}
+
+
+def _notice_differences(
+    task: str,
+    env_cfg: Any,
+    state: dict[str, Any],
+    fixed_command: bool = False,
+    on_purpose: set[str] | frozenset[str] = frozenset(),
+) -> None:
     infos = state.get("infos") or {}
     if infos.get("task") and infos["task"] != task:
         print(f"note: the checkpoint was trained on {infos['task']}; playing it on {task}")
@@ -313,7 +408,7 @@ def _notice_differences(task: str, env_cfg: Any, state: dict[str, Any], fixed_co
     # and a note should name the one nested setting that differs, not its whole group.
     trained = _flatten(_plain(infos.get("env_cfg") or {}))
     now = _flatten(_plain(dataclasses.asdict(env_cfg)))
-    ignore = {"num_envs", "capture_graphs", "capture_step"}
+    ignore = {"num_envs", "capture_graphs", "capture_step", *on_purpose}  # on purpose: the play settings
     differ = [k for k in now if k in trained and k not in ignore and trained[k] != now[k]]
     if fixed_command:  # --command changes these on purpose
         differ = [k for k in differ if not k.startswith("commands.")]
@@ -354,6 +449,8 @@ def _print_summary(summary: dict[str, Any], label: str, output: pathlib.Path) ->
         if summary["policy"] == "checkpoint"
         else ""
     )
+    if summary["viewer"] and summary["viewer"]["closed_early"]:
+        print(f"viewer closed: the evaluation stopped after {summary['steps']} steps")
     if summary["episodes"] == 0:
         print(f"{summary['task']}, {label}: no episode finished")
     else:

@@ -36,6 +36,8 @@ class MujocoVecEnv(VecEnv):
     per_env_model_fields: tuple[str, ...] = ()
     #: mujoco_warp OverflowType bits whose console warnings are not printed (they stay set in `data.overflow`).
     silenced_overflow_warnings: int = 0
+    #: What an action does, for an exported policy's metadata (tasks say it in their own units).
+    action_meaning: str = "actuator controls: ctrl = action_scale * action"
 
     def __init__(self, cfg: EnvConfig, device: str = "cpu") -> None:
         if cfg.num_envs is None or cfg.num_envs < 1:
@@ -118,6 +120,11 @@ class MujocoVecEnv(VecEnv):
     @abstractmethod
     def compute_observations(self) -> dict[str, torch.Tensor]:
         """Observation groups, e.g. {"actor": (num_envs, n), "critic": (num_envs, m)}."""
+
+    def observation_terms(self) -> dict[str, list[tuple[str, int]]]:
+        """The named parts of observation groups, in column order: {group: [(term, size), ...]} (what an exported
+        policy's metadata lists as observation slices). A group left out is one term named after the group."""
+        return {}
 
     @abstractmethod
     def compute_terminations(self) -> torch.Tensor:

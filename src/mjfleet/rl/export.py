@@ -57,6 +57,7 @@ def policy_metadata(env, actor, obs: TensorDict, task: str, **extra: Any) -> dic
             "name": "obs",
             "size": sum(g["size"] for g in groups),
             "groups": groups,
+            "terms": observation_slices(env, groups),
             "normalization": "included in the graph" if actor.obs_normalization else "none",
         },
         "output": {"name": "actions", "size": int(env.num_actions)},
@@ -71,8 +72,20 @@ def policy_metadata(env, actor, obs: TensorDict, task: str, **extra: Any) -> dic
     offset = getattr(env, "default_joint_pos", None)
     if offset is not None:
         actions["default_joint_pos"] = _plain(offset)
+    # ctrl = offset + action_scale * action (before the ctrlrange clip): the default pose for position targets.
+    actions["offset"] = _plain(offset) if offset is not None else [0.0] * int(env.num_actions)
+    meaning = getattr(env, "action_meaning", None)
+    if meaning:
+        actions["meaning"] = meaning
     mj_model = getattr(env, "mj_model", None)
     if mj_model is not None:
+        meta["model"] = {
+            "name": mj_model.names[: mj_model.names.index(b"\0")].decode(),
+            "nq": int(mj_model.nq),
+            "nv": int(mj_model.nv),
+            "nu": int(mj_model.nu),
+            "timestep": float(mj_model.opt.timestep),
+        }
         actions["actuators"] = [mj_model.actuator(i).name for i in range(mj_model.nu)]
         actions.update(_actuated_joints(mj_model))
         # MuJoCo clamps each limited actuator's control to its range: a deployment must too.
@@ -92,6 +105,25 @@ def policy_metadata(env, actor, obs: TensorDict, task: str, **extra: Any) -> dic
     meta["versions"] = versions()
     meta.update({k: _plain(v) for k, v in extra.items()})
     return meta
+
+
+def observation_slices(env, groups: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each named observation term of the exported input: {"name", "group", "start", "stop"}, [start, stop) columns
+    of the concatenated `obs` vector, from the environment's `observation_terms()` (a group it does not describe
+    is one term named after the group). ValueError when a group's terms do not add up to its size."""
+    described = getattr(env, "observation_terms", dict)()
+    slices, start = [], 0
+    for group in groups:
+        terms = described.get(group["name"]) or [(group["name"], group["size"])]
+        total = sum(size for _, size in terms)
+        if total != group["size"]:
+            raise ValueError(
+                f"observation group {group['name']!r} has {group['size']} columns but its terms name {total}"
+            )
+        for name, size in terms:
+            slices.append({"name": name, "group": group["name"], "start": start, "stop": start + size})
+            start += size
+    return slices
 
 
 def _actuated_joints(mj_model) -> dict[str, Any]:
@@ -269,6 +301,9 @@ def _plain(value: Any) -> Any:
             if not bool((value == value[0]).all()):
                 raise ValueError("per-environment values differ: there is no one value to export")
             value = value[0]
+        # float32 as the shortest text that reads back exactly (0.9, not 0.8999999761581421)
+        if value.dtype == torch.float32:
+            return value.numpy().astype(str).astype(float).tolist()
         return value.tolist()
     if isinstance(value, (tuple, list)):
         return [_plain(v) for v in value]

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Iterable
+import os
+import threading
+import time
+from collections.abc import Iterable, Iterator
 
 import mujoco
 import mujoco_warp as mjw
@@ -53,6 +57,58 @@ def needs_no_constraint_buffers(mj_model: mujoco.MjModel) -> bool:
     return integrator == mujoco.mjtIntegrator.mjINT_EULER and bool(explicit_damping)
 
 
+def model_name(mj_model: mujoco.MjModel) -> str:
+    """The model's name (MJCF `<mujoco model="...">`), or "model" when it has none."""
+    names = bytes(mj_model.names)
+    return names[: names.index(b"\0")].decode() or "model"
+
+
+@contextlib.contextmanager
+def compile_notice(name: str, poll_s: float = 0.1) -> Iterator[None]:
+    """Say so while warp compiles kernels inside this block (a cold kernel cache: up to minutes); silent when
+    every kernel comes from the cache.
+
+    warp builds each module it compiles in a directory of its kernel cache named after the building process
+    (`<module>_p<pid>_t<thread>`) and renames it when done; a thread watches the cache directory for such a
+    directory of this process, so the line appears as soon as the first compile starts. Only rank 0 (the RANK
+    variable of torch.distributed launchers) speaks: every worker compiles the same kernels.
+    """
+    if int(os.environ.get("RANK", "0")) != 0:
+        yield
+        return
+    wp.init()  # the kernel cache directory is set up here
+    cache = str(wp.config.kernel_cache_dir)
+    marker = f"_p{os.getpid()}_"
+    started, done = threading.Event(), threading.Event()
+    start = time.perf_counter()
+
+    def watch() -> None:
+        while not done.wait(poll_s):
+            try:
+                building = any(marker in entry for entry in os.listdir(cache))
+            except OSError:
+                continue
+            if building:
+                print(
+                    f"compiling simulation kernels for {name}: first run on this machine, cached afterwards",
+                    flush=True,
+                )
+                started.set()
+                return
+
+    watcher = threading.Thread(target=watch, name="compile-notice", daemon=True)
+    watcher.start()
+    try:
+        yield
+    finally:
+        done.set()
+        watcher.join()
+        if started.is_set():
+            print(
+                f"simulation kernels for {name} compiled in {time.perf_counter() - start:.0f} s", flush=True
+            )
+
+
 class Simulation:
     """`num_worlds` copies of one MuJoCo model stepped together on one warp device.
 
@@ -94,31 +150,40 @@ class Simulation:
             )
         self.per_world_model_fields = expand_per_world_fields(per_world_model_fields)
         batch_sizes = dict.fromkeys(self.per_world_model_fields, num_worlds)
-        with wp.ScopedDevice(self.wp_device):
-            self.model = mjw.put_model(mj_model, batch_sizes=batch_sizes)
-            # mujoco_warp prints a line from inside its kernels for every overflow bit in opt.warn_overflow; the bits
-            # in `silenced_overflow_warnings` are still recorded in `data.overflow`, just not printed.
-            self.model.opt.warn_overflow = int(self.model.opt.warn_overflow) & ~int(
-                silenced_overflow_warnings
-            )
-            self.data = mjw.make_data(mj_model, nworld=num_worlds, nconmax=nconmax, njmax=njmax)
-            self._reset_mask_wp = wp.zeros(num_worlds, dtype=bool)
-        self.reset_mask = wp.to_torch(self._reset_mask_wp)
+        # Kernels compile on first use, below: a cold cache says so (one line), a warm one says nothing.
+        with compile_notice(model_name(mj_model)):
+            with wp.ScopedDevice(self.wp_device):
+                self.model = mjw.put_model(mj_model, batch_sizes=batch_sizes)
+                # mujoco_warp prints a line from inside its kernels for every overflow bit in opt.warn_overflow;
+                # the bits in `silenced_overflow_warnings` are still recorded in `data.overflow`, not printed.
+                self.model.opt.warn_overflow = int(self.model.opt.warn_overflow) & ~int(
+                    silenced_overflow_warnings
+                )
+                self.data = mjw.make_data(mj_model, nworld=num_worlds, nconmax=nconmax, njmax=njmax)
+                self._reset_mask_wp = wp.zeros(num_worlds, dtype=bool)
+            self.reset_mask = wp.to_torch(self._reset_mask_wp)
 
-        self._data_views: dict[str, torch.Tensor] = {}
-        self._model_views: dict[str, torch.Tensor] = {}
-        for name in _COMMON_DATA_FIELDS:
-            self.data_view(name)
+            self._data_views: dict[str, torch.Tensor] = {}
+            self._model_views: dict[str, torch.Tensor] = {}
+            for name in _COMMON_DATA_FIELDS:
+                self.data_view(name)
 
-        self._operations = self._make_operations()
-        self._graphs: dict[str, wp.Graph] = {}
-        self.captured = False
-        if capture:
-            self._capture_graphs()
-        # Start every world from the model's default state, whatever warm-up or capture did to it.
-        self.reset_mask.fill_(True)
-        self._launch("reset")
-        self._launch("forward")
+            self._operations = self._make_operations()
+            self._graphs: dict[str, wp.Graph] = {}
+            self.captured = False
+            with wp.ScopedDevice(self.wp_device):
+                # Run each operation once: kernels compile and load now (under the compile notice, and before
+                # any capture starts), not at the first step of training.
+                for fn in self._operations.values():
+                    fn()
+                if any(name in INERTIAL_FIELDS for name in self.per_world_model_fields):
+                    mjw.set_const(self.model, self.data)  # what set_constants() runs: its kernels too
+            if capture:
+                self._capture_graphs()
+            # Start every world from the model's default state, whatever warm-up or capture did to it.
+            self.reset_mask.fill_(True)
+            self._launch("reset")
+            self._launch("forward")
 
     # ------------------------------------------------------------------ views
     @property
@@ -219,9 +284,6 @@ class Simulation:
         operations = self._operations
         try:
             with wp.ScopedDevice(self.wp_device):
-                # Run each operation once uncaptured: kernels compile and load before capture starts.
-                for fn in operations.values():
-                    fn()
                 for name, fn in operations.items():
                     with wp.ScopedCapture(device=self.wp_device) as capture:
                         fn()

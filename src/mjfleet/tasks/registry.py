@@ -30,9 +30,19 @@ class TaskSpec:
     agent_config: Callable[[], AgentConfig]
     num_envs_cpu: int = 1024
     num_envs_gpu: int = 4096
+    play_settings: Callable[[EnvConfig], None] | None = None
+    """Changes `play` makes to the env config (in place) unless --train-env: evaluate the policy, not the domain
+    randomisation (e.g. no pushes, no observation noise, nominal friction and mass). None: play as trained."""
 
     def default_num_envs(self, device: str) -> int:
         return self.num_envs_gpu if str(device).startswith("cuda") else self.num_envs_cpu
+
+    def play_env_config(self) -> EnvConfig:
+        """The env config `play` starts from: the training config with the task's play settings applied."""
+        cfg = self.env_config()
+        if self.play_settings is not None:
+            self.play_settings(cfg)
+        return cfg
 
     def env_type(self) -> type[MujocoVecEnv]:
         """The environment class (imported now if it was given by name)."""

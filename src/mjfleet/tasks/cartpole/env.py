@@ -13,11 +13,24 @@ from mjfleet.assets import asset_path
 from mjfleet.envs import MujocoVecEnv
 from mjfleet.tasks.cartpole.config import CartpoleConfig
 
+OBSERVATION_TERMS = (
+    "cart_position",
+    "cos_pole_angle",
+    "sin_pole_angle",
+    "cart_velocity",
+    "pole_angular_velocity",
+)
+"""The observation's columns, in order (m, -, -, m/s, rad/s; pole angle 0 = upright)."""
+
 
 class CartpoleEnv(MujocoVecEnv):
     """Cart on a rail with a free pole; one action: the force on the cart."""
 
     cfg: CartpoleConfig
+    action_meaning = (
+        "force on the cart along the rail: the motor's ctrl = action_scale * action, clipped to ctrlrange [-1, 1], "
+        "times its gear 10 N (so +-10 N at most)"
+    )
 
     def build_model(self) -> mujoco.MjModel:
         return mujoco.MjModel.from_xml_path(str(asset_path("cartpole.xml")))
@@ -41,6 +54,7 @@ class CartpoleEnv(MujocoVecEnv):
     # Observations, rewards and terminations read qpos/qvel only: no extra forward pass needed.
     def compute_observations(self) -> dict[str, torch.Tensor]:
         theta = self._theta
+        # The columns of OBSERVATION_TERMS, in that order.
         state = torch.stack(
             (self._x, torch.cos(theta), torch.sin(theta), self._x_dot, self._theta_dot), dim=1
         )
@@ -48,6 +62,10 @@ class CartpoleEnv(MujocoVecEnv):
         if self.cfg.observation_noise > 0:
             actor = state + self.cfg.observation_noise * torch.randn_like(state)
         return {"actor": actor, "critic": state}
+
+    def observation_terms(self) -> dict[str, list[tuple[str, int]]]:
+        terms = [(name, 1) for name in OBSERVATION_TERMS]
+        return {"actor": terms, "critic": terms}
 
     def post_physics_step(self) -> None:
         if self.cfg.end_stops:

@@ -5,7 +5,7 @@ from typing import TYPE_CHECKING
 from mjfleet.lazy import lazy_exports
 from mjfleet.rl import AgentConfig
 from mjfleet.tasks.humanoid.config import HumanoidConfig, HumanoidRewards, flat_config, rough_config
-from mjfleet.tasks.locomotion.config import agent_config
+from mjfleet.tasks.locomotion.config import agent_config, play_settings
 from mjfleet.tasks.registry import TaskSpec, register
 
 if TYPE_CHECKING:
@@ -37,6 +37,7 @@ register(
         agent_config=lambda: humanoid_agent_config("humanoid_velocity_flat", max_iterations=2000),
         num_envs_cpu=256,
         num_envs_gpu=4096,
+        play_settings=play_settings,
     )
 )
 register(
@@ -49,6 +50,7 @@ register(
         agent_config=lambda: humanoid_agent_config("humanoid_velocity_rough", max_iterations=4000),
         num_envs_cpu=256,
         num_envs_gpu=4096,
+        play_settings=play_settings,
     )
 )
 

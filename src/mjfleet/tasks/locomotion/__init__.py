@@ -12,6 +12,7 @@ from mjfleet.tasks.locomotion.config import (
     NoiseConfig,
     agent_config,
     flat_config,
+    play_settings,
     rough_config,
 )
 from mjfleet.tasks.locomotion.terrain import HeightMap, Terrain, TerrainConfig
@@ -37,6 +38,7 @@ register(
         agent_config=lambda: agent_config("quadruped_velocity_flat", HIDDEN_DIMS, max_iterations=1500),
         num_envs_cpu=512,
         num_envs_gpu=4096,
+        play_settings=play_settings,
     )
 )
 register(
@@ -49,6 +51,7 @@ register(
         agent_config=lambda: agent_config("quadruped_velocity_rough", HIDDEN_DIMS, max_iterations=3000),
         num_envs_cpu=256,
         num_envs_gpu=4096,
+        play_settings=play_settings,
     )
 )
 
@@ -68,5 +71,6 @@ __all__ = [
     "TerrainConfig",
     "agent_config",
     "flat_config",
+    "play_settings",
     "rough_config",
 ]

@@ -65,10 +65,11 @@ class HeightScanConfig:
 class EventConfig:
     """Randomisation: start-up (per-environment physics), reset (initial state) and interval (pushes)."""
 
-    foot_friction: tuple[float, float] = (0.4, 1.25)
-    """Per-environment sliding friction of the feet (it wins over the terrain's: the feet have priority 1)."""
-    added_trunk_mass: tuple[float, float] = (-1.0, 2.0)
-    """Per-environment mass added to the trunk (kg)."""
+    foot_friction: tuple[float, float] | None = (0.4, 1.25)
+    """Per-environment sliding friction of the feet (it wins over the terrain's: the feet have priority 1).
+    None: the model's own (nominal) friction in every environment."""
+    added_trunk_mass: tuple[float, float] | None = (-1.0, 2.0)
+    """Per-environment mass added to the trunk (kg). None: the model's own (nominal) mass."""
     joint_pos: float = 0.2
     """Initial joint angles: default + uniform in +-this (rad), clipped to the joint range."""
     joint_vel: float = 0.5
@@ -159,6 +160,16 @@ def rough_config() -> LocomotionConfig:
         # On slopes a level base is wrong: penalise tilt only lightly; reward steps less (stairs need short ones).
         rewards=LocomotionRewards(orientation=-0.2, feet_air_time=0.125),
     )
+
+
+def play_settings(cfg: LocomotionConfig) -> None:
+    """What `play` evaluates (unless --train-env): the policy on the nominal robot, not the domain randomisation
+    that made it robust. No pushes, no observation noise, the model's own foot friction and trunk mass. Commands,
+    initial states and terrain stay as in training."""
+    cfg.events.push_velocity = 0.0
+    cfg.events.foot_friction = None
+    cfg.events.added_trunk_mass = None
+    cfg.noise.enabled = False
 
 
 def agent_config(experiment: str, hidden_dims: tuple[int, ...], max_iterations: int) -> AgentConfig:

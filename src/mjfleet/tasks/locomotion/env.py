@@ -41,6 +41,10 @@ class LocomotionEnv(MujocoVecEnv):
     """Quadruped-Velocity-Flat / -Rough: follow a commanded (vx, vy, yaw rate) in the base frame."""
 
     cfg: LocomotionConfig
+    action_meaning = (
+        "joint position targets (rad) of the position servos, in joint_names order: "
+        "target = default_joint_pos + action_scale * action (the offset is the default pose)"
+    )
     per_env_model_fields = ("geom_friction", "body_mass")
     # The constraint solver or its line search stopping at an iteration limit is not a buffer overflow: the step is
     # still taken (a slightly less converged constraint solve). Printing it on every occurrence flooded the console
@@ -197,10 +201,16 @@ class LocomotionEnv(MujocoVecEnv):
     def _randomize_physics(self) -> None:
         """Start-up randomisation, once per environment: foot friction and added trunk mass."""
         ev, n, dev = self.cfg.events, self.num_envs, self.device
-        self.foot_friction = _uniform_range((n,), ev.foot_friction, dev)
         friction = self.sim.model_view("geom_friction")  # (n, ngeom, 3), one copy per world
-        friction[:, self.foot_geoms, 0] = self.foot_friction.unsqueeze(1)
-        self.added_mass = _uniform_range((n,), ev.added_trunk_mass, dev)
+        if ev.foot_friction is None:  # nominal: the model's own (what the critic observes, too)
+            self.foot_friction = friction[:, self.foot_geoms[0], 0].clone()
+        else:
+            self.foot_friction = _uniform_range((n,), ev.foot_friction, dev)
+            friction[:, self.foot_geoms, 0] = self.foot_friction.unsqueeze(1)
+        if ev.added_trunk_mass is None:  # nominal: the model's own mass
+            self.added_mass = torch.zeros(n, device=dev)
+        else:
+            self.added_mass = _uniform_range((n,), ev.added_trunk_mass, dev)
         mass = self.sim.model_view("body_mass")  # (n, nbody)
         mass[:, self.trunk_body] += self.added_mass
         self.sim.set_constants()  # the subtree masses and inverse weights of each world's heavier or lighter trunk
@@ -208,7 +218,7 @@ class LocomotionEnv(MujocoVecEnv):
     def _noise_vector(self) -> torch.Tensor:
         """The actor's noise half-range per observation column, from the terms `compute_observations` uses."""
         nz = self.cfg.noise
-        parts = [(noise, term.shape[1]) for term, noise in self._proprio_terms()]
+        parts = [(noise, value.shape[1]) for _, value, noise in self._proprio_terms()]
         if self.scan_points is not None and self.cfg.height_scan.in_actor:
             parts.append((nz.height_scan, self.scan_points.shape[0]))
         scale = torch.cat([torch.full((k,), float(v)) for v, k in parts]).to(self.device)
@@ -323,31 +333,42 @@ class LocomotionEnv(MujocoVecEnv):
         return scan.clamp(-1.0, 1.0)
 
     # ----------------------------------------------------------- observations
-    def _proprio_terms(self) -> list[tuple[torch.Tensor, float]]:
-        """The proprioceptive observation terms in order, each with the half-range of the uniform noise the actor
-        sees on it (0: exact). The observations and the noise vector are both built from this list."""
+    def _proprio_terms(self) -> list[tuple[str, torch.Tensor, float]]:
+        """The proprioceptive observation terms in order: (name, value, the half-range of the uniform noise the
+        actor sees on it (0: exact)). The observations, their names and the noise vector are all built from this
+        list."""
         nz, qpos, qvel = self.cfg.noise, self.sim.qpos, self.sim.qvel
         return [
-            (self.base_lin_vel, nz.lin_vel),
-            (self.base_ang_vel, nz.ang_vel),
-            (self.gravity_b, nz.gravity),
-            (self.commands, 0.0),
-            (qpos[:, self._qj] - self.default_joint_pos, nz.joint_pos),
-            (qvel[:, self._vj], nz.joint_vel),
-            (self.last_actions, 0.0),
+            ("base_lin_vel", self.base_lin_vel, nz.lin_vel),
+            ("base_ang_vel", self.base_ang_vel, nz.ang_vel),
+            ("projected_gravity", self.gravity_b, nz.gravity),
+            ("velocity_command", self.commands, 0.0),
+            ("joint_pos_rel_default", qpos[:, self._qj] - self.default_joint_pos, nz.joint_pos),
+            ("joint_vel", qvel[:, self._vj], nz.joint_vel),
+            ("last_action", self.last_actions, 0.0),
         ]
+
+    def _privileged_terms(self) -> list[tuple[str, torch.Tensor]]:
+        """The critic's extra terms, in order, after the proprioceptive ones: (name, value)."""
+        qpos = self.sim.qpos
+        return [
+            ("foot_contact", self.foot_contact.float()),
+            ("foot_friction", self.foot_friction.unsqueeze(1)),
+            ("added_trunk_mass", self.added_mass.unsqueeze(1)),
+            ("base_height", (qpos[:, 2] - self.terrain_height(qpos[:, 0:2])).unsqueeze(1)),
+        ]
+
+    def observation_terms(self) -> dict[str, list[tuple[str, int]]]:
+        proprio = [(name, value.shape[1]) for name, value, _ in self._proprio_terms()]
+        privileged = [(name, value.shape[1]) for name, value in self._privileged_terms()]
+        scan = [] if self.scan_points is None else [("height_scan", self.scan_points.shape[0])]
+        actor_scan = scan if self.cfg.height_scan.in_actor else []
+        return {"actor": proprio + actor_scan, "critic": proprio + privileged + scan}
 
     def compute_observations(self) -> dict[str, torch.Tensor]:
         self._update_base_state()  # environments may have just been reset
-        qpos = self.sim.qpos
-        proprio = torch.cat([term for term, _ in self._proprio_terms()], dim=1)
-        base_height = (qpos[:, 2] - self.terrain_height(qpos[:, 0:2])).unsqueeze(1)
-        privileged = [
-            self.foot_contact.float(),
-            self.foot_friction.unsqueeze(1),
-            self.added_mass.unsqueeze(1),
-            base_height,
-        ]
+        proprio = torch.cat([value for _, value, _ in self._proprio_terms()], dim=1)
+        privileged = [value for _, value in self._privileged_terms()]
         actor_clean, critic = proprio, [proprio, *privileged]
         if self.scan_points is not None:
             scan = self.height_scan()

@@ -1,0 +1,88 @@
+"""The exported policy's metadata, read back from policy.onnx with `onnx` as a deployment script would."""
+
+import json
+from types import SimpleNamespace
+
+import onnx
+import pytest
+import torch
+
+
+@pytest.fixture(scope="module")
+def quadruped_export(tmp_path_factory):
+    """(env, metadata_props of an exported Quadruped-Velocity-Flat policy) for an untrained actor, built with
+    play's settings (no observation noise, so observation columns can be checked by value)."""
+    from rsl_rl.models import MLPModel
+
+    from mjfleet.rl.export import export_policy, policy_metadata
+    from mjfleet.tasks import get_task
+
+    spec = get_task("Quadruped-Velocity-Flat")
+    cfg = spec.play_env_config()
+    cfg.num_envs = 2
+    torch.manual_seed(0)
+    env = spec.make_env(cfg, "cpu")
+    obs = env.get_observations()
+    rsl = spec.agent_config().to_rsl_rl()
+    actor = MLPModel(obs, rsl["obs_groups"], "actor", env.num_actions, hidden_dims=[32], obs_normalization=True,
+                     distribution_cfg=rsl["actor"]["distribution_cfg"]).eval()  # fmt: skip
+    out = tmp_path_factory.mktemp("export")
+    files = export_policy(actor, obs, out, policy_metadata(env, actor, obs, spec.name, iteration=0))
+    props = {p.key: json.loads(p.value) for p in onnx.load(str(files["onnx"])).metadata_props}
+    return env, props
+
+
+def test_observation_slices_name_every_column_of_the_input_once(quadruped_export):
+    env, props = quadruped_export
+    terms = props["input"]["terms"]
+    assert props["input"]["size"] == env.get_observations()["actor"].shape[1] == 48
+    assert [t["start"] for t in terms] == [0] + [t["stop"] for t in terms[:-1]]  # contiguous, in order
+    assert terms[-1]["stop"] == 48 and all(t["stop"] > t["start"] for t in terms)
+    assert len({t["name"] for t in terms}) == len(terms)
+    assert [t["name"] for t in terms] == ["base_lin_vel", "base_ang_vel", "projected_gravity", "velocity_command",
+                                          "joint_pos_rel_default", "joint_vel", "last_action"]  # fmt: skip
+
+
+def test_observation_slices_point_at_the_columns_they_name(quadruped_export):
+    env, props = quadruped_export
+    obs = env.get_observations()["actor"]
+    column = {t["name"]: slice(t["start"], t["stop"]) for t in props["input"]["terms"]}
+    joint_pos = env.sim.qpos[:, env._qj] - env.default_joint_pos
+    assert torch.equal(obs[:, column["joint_pos_rel_default"]], joint_pos)
+    assert torch.equal(obs[:, column["joint_vel"]], env.sim.qvel[:, env._vj])
+    assert torch.equal(obs[:, column["velocity_command"]], env.commands)
+
+
+def test_actions_carry_joint_names_default_pose_scale_offset_and_gains_of_the_model(quadruped_export):
+    env, props = quadruped_export
+    model, actions = env.mj_model, props["actions"]
+    assert actions["joint_names"] == [model.joint(model.actuator_trnid[i, 0]).name for i in range(model.nu)]
+    home = model.key("home").qpos[7:].tolist()  # after the free joint's 7 coordinates
+    assert (
+        actions["default_joint_pos"] == pytest.approx(home)
+        and actions["offset"] == actions["default_joint_pos"]
+    )
+    assert actions["action_scale"] == env.cfg.action_scale == 0.25
+    assert actions["stiffness"] == model.actuator_gainprm[:, 0].tolist()
+    assert "default_joint_pos + action_scale * action" in actions["meaning"]
+
+
+def test_control_rate_model_and_versions_are_recorded(quadruped_export):
+    env, props = quadruped_export
+    model = env.mj_model
+    assert props["control_rate_hz"] == pytest.approx(1.0 / (model.opt.timestep * env.cfg.decimation)) == 50.0
+    assert props["model"] == {"name": "mjfleet_quadruped", "nq": model.nq, "nv": model.nv, "nu": model.nu,
+                              "timestep": pytest.approx(0.005)}  # fmt: skip
+    assert props["versions"]["mjfleet"] and props["versions"]["mujoco"]
+    assert props["task"] == "Quadruped-Velocity-Flat" and props["iteration"] == 0
+
+
+def test_observation_terms_that_do_not_add_up_to_the_group_are_an_error():
+    from mjfleet.rl.export import observation_slices
+
+    env = SimpleNamespace(observation_terms=lambda: {"actor": [("a", 2), ("b", 2)]})
+    with pytest.raises(ValueError, match="'actor' has 5 columns but its terms name 4"):
+        observation_slices(env, [{"name": "actor", "size": 5}])
+    # A group the environment does not describe is one term named after it
+    assert observation_slices(env, [{"name": "actor", "size": 4}, {"name": "extra", "size": 3}])[-1] == {
+        "name": "extra", "group": "extra", "start": 4, "stop": 7}  # fmt: skip
