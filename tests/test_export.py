@@ -62,7 +62,7 @@ def test_actions_carry_joint_names_default_pose_scale_offset_and_gains_of_the_mo
         actions["default_joint_pos"] == pytest.approx(home)
         and actions["offset"] == actions["default_joint_pos"]
     )
-    assert actions["action_scale"] == env.cfg.action_scale == 0.25
+    assert actions["action_scale"] == env.joint_action_scale.tolist() == [0.25] * model.nu
     assert actions["stiffness"] == model.actuator_gainprm[:, 0].tolist()
     assert "default_joint_pos + action_scale * action" in actions["meaning"]
 

@@ -83,6 +83,20 @@ def test_robot_stands_on_both_feet_at_its_keyframe_under_zero_action(flat):
     assert (flat.self_contacts == 0).all()
 
 
+def test_each_joint_is_scaled_by_its_servo_torque_limit_over_kp(flat):
+    model = flat.mj_model
+    expected = 0.25 * model.actuator_forcerange[:, 1] / model.actuator_gainprm[:, 0]
+    assert flat.joint_action_scale.tolist() == pytest.approx(expected.tolist())
+    ankle_pitch, wrist = model.actuator("left_ankle_pitch").id, model.actuator("left_wrist_roll").id
+    assert flat.joint_action_scale[ankle_pitch] == pytest.approx(
+        0.25 * 50 / 300
+    )  # stiff and weak: moves least
+    actions = torch.linspace(-1.0, 1.0, flat.num_actions).repeat(flat.num_envs, 1)
+    flat.apply_actions(actions)
+    assert torch.allclose(flat.sim.ctrl, flat.default_joint_pos + actions * flat.joint_action_scale)
+    assert flat.joint_action_scale[wrist] > 7 * flat.joint_action_scale[ankle_pitch]
+
+
 def test_humanoid_terms_are_logged_and_signed_as_documented(flat):
     _stand_at_home(flat, command=(0.5, 0.0, 0.0))
     _, _, _, extras = flat.step(_zero_action(flat))

@@ -1,8 +1,9 @@
-"""The humanoid learns on this 2-core CPU: 40 PPO iterations at 256 environments (slow: ~20-40 min contended).
+"""The humanoid learns on this 2-core CPU: 40 PPO iterations at 256 environments (slow: ~6 min on a quiet machine,
+20-40 min contended).
 
-Issue 20 asks for 3x the mean episode length and a lower tracking error after these 40 iterations; the current
-configuration reaches 1.53x and 1.57x the return with an unchanged error (docs/tasks.md), so this test asserts the
-learning that is there, with margin, and the issue's target stays open.
+Issue 20's target, from the training log: the mean episode length of the last 5 iterations at least 3x that of the
+first 5, and a lower velocity-tracking error. Measured 2026-11-23 (docs/tasks.md): 3.14x (61 -> 192 steps) and
+`Metrics/lin_vel_error` 0.603 -> 0.598 m/s, a thin margin on both: the robot learns to stay up, not yet to walk.
 """
 
 import pytest
@@ -17,7 +18,7 @@ def _mean(records: list[dict], key: str) -> float:
 
 
 @pytest.mark.slow
-def test_humanoid_flat_episode_length_and_return_rise_within_40_iterations():
+def test_humanoid_flat_triples_its_episode_length_within_40_iterations():
     spec = get_task("Humanoid-Velocity-Flat")
     cfg = spec.env_config()
     cfg.num_envs = 256
@@ -29,6 +30,5 @@ def test_humanoid_flat_episode_length_and_return_rise_within_40_iterations():
     for _ in range(40):
         records.append(dict(runner.learn(1, init_at_random_ep_len=not records)))
     first, last = records[:5], records[-5:]
-    # Measured (2026-11-23): episode length 45.1 -> 68.9 steps, return 1.16 -> 1.83 (first vs last 5 iterations).
-    assert _mean(last, "mean_episode_length") >= 1.4 * _mean(first, "mean_episode_length")
-    assert _mean(last, "mean_return") >= 1.4 * _mean(first, "mean_return")
+    assert _mean(last, "mean_episode_length") >= 3.0 * _mean(first, "mean_episode_length")
+    assert _mean(last, "Metrics/lin_vel_error") < _mean(first, "Metrics/lin_vel_error")

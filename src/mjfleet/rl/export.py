@@ -69,6 +69,9 @@ def policy_metadata(env, actor, obs: TensorDict, task: str, **extra: Any) -> dic
         for key in ("clip_actions", "action_scale", "decimation"):
             if hasattr(cfg, key):
                 actions[key] = _plain(getattr(cfg, key))
+    joint_scale = getattr(env, "joint_action_scale", None)
+    if joint_scale is not None:  # per joint (locomotion tasks): one number per action
+        actions["action_scale"] = _plain(joint_scale)
     offset = getattr(env, "default_joint_pos", None)
     if offset is not None:
         actions["default_joint_pos"] = _plain(offset)

@@ -20,10 +20,12 @@ HIDDEN_DIMS = (512, 256, 128)
 
 
 def humanoid_agent_config(experiment: str, max_iterations: int) -> AgentConfig:
-    """The locomotion agent, with a smaller initial action noise: at std 1.0 (0.25 rad per joint) the 23 joints'
-    random targets topple the robot within ~0.5 s, and the falls' penalties drown the reward."""
+    """The locomotion agent with less exploration noise: a biped's first lesson is not to fall, and random joint
+    targets topple it. Measured over 40 iterations at 256 environments (docs/tasks.md): with the per-servo action
+    scales, std 0.5 and entropy 0.01 lengthened the training episodes 2.41x, std 0.3 and entropy 0.002 3.14x."""
     agent = agent_config(experiment, HIDDEN_DIMS, max_iterations=max_iterations)
-    agent.actor.init_noise_std = 0.5
+    agent.actor.init_noise_std = 0.3
+    agent.algorithm.entropy_coef = 0.002
     return agent
 
 

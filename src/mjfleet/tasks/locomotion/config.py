@@ -123,7 +123,12 @@ class LocomotionConfig(EnvConfig):
     decimation: int = 4
     episode_length_s: float = 20.0
     action_scale: float = 0.25
-    """Joint targets are default pose + action_scale * action (rad)."""
+    """Joint targets are default pose + scale * action (rad): scale = action_scale, the same for every joint
+    (or per joint, with scale_actions_by_servo)."""
+    scale_actions_by_servo: bool = False
+    """Scale each joint's action by action_scale x its servo's torque limit / kp (the target offset at which the
+    servo saturates): a unit action asks every joint for the same share of its torque, so stiff joints with small
+    torque limits (ankles) move less than weak, light ones (arms)."""
     clip_actions: float = 100.0
     """Effectively unclipped: the servos' ctrlrange (the joint range) limits the targets."""
     tracking_sigma: float = 0.25

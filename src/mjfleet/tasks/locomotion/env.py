@@ -43,7 +43,7 @@ class LocomotionEnv(MujocoVecEnv):
     cfg: LocomotionConfig
     action_meaning = (
         "joint position targets (rad) of the position servos, in joint_names order: "
-        "target = default_joint_pos + action_scale * action (the offset is the default pose)"
+        "target = default_joint_pos + action_scale * action, action_scale per joint (the offset is the default pose)"
     )
     per_env_model_fields = ("geom_friction", "body_mass")
     # The constraint solver or its line search stopping at an iteration limit is not a buffer overflow: the step is
@@ -110,6 +110,14 @@ class LocomotionEnv(MujocoVecEnv):
         mid, half = joint_range.mean(dim=1), 0.5 * (joint_range[:, 1] - joint_range[:, 0])
         self.soft_joint_lower = mid - cfg.soft_joint_limit * half
         self.soft_joint_upper = mid + cfg.soft_joint_limit * half
+        scale = torch.full((len(joint_ids),), cfg.action_scale, device=dev)
+        if cfg.scale_actions_by_servo:
+            torque_limit, kp = m.actuator_forcerange[:, 1], m.actuator_gainprm[:, 0]
+            if not m.actuator_forcelimited.all() or (kp <= 0).any():
+                raise ValueError("scale_actions_by_servo needs every servo to have a forcerange and kp > 0")
+            scale = scale * torch.tensor(torque_limit / kp, dtype=torch.float32, device=dev)
+        self.joint_action_scale = scale
+        """Per joint (rad per unit action): targets = default_joint_pos + joint_action_scale * action."""
 
         self.trunk_geom = m.geom(self.base_contact_geoms[0]).id
         self.base_geoms = torch.tensor([m.geom(g).id for g in self.base_contact_geoms], device=dev)
@@ -226,7 +234,7 @@ class LocomotionEnv(MujocoVecEnv):
 
     # ---------------------------------------------------------------- actions
     def apply_actions(self, actions: torch.Tensor) -> None:
-        torch.add(self.default_joint_pos, actions, alpha=self.cfg.action_scale, out=self.sim.ctrl)
+        torch.addcmul(self.default_joint_pos, actions, self.joint_action_scale, out=self.sim.ctrl)
 
     # ------------------------------------------------------------------ state
     def _update_base_state(self) -> None:
