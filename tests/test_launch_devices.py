@@ -347,3 +347,29 @@ def test_several_workers_share_each_gpu_over_gloo():
 def test_workers_per_gpu_on_cpu_or_below_one_is_a_usage_error(request_, per_gpu, needle):
     with pytest.raises(UsageError, match=needle):
         make_plan(parse_gpu_ids(request_), workers_per_gpu=per_gpu, cuda_device_count=1)
+
+
+def test_a_task_default_of_cpu_workers_applies_on_cpu_capped_by_the_cores(monkeypatch):
+    monkeypatch.setattr(devices, "usable_cores", lambda: 2)
+    assert make_plan(parse_gpu_ids(["None"]), cpu_workers=None, default_cpu_workers=2).world_size == 2
+    assert make_plan(parse_gpu_ids(None), None, default_cpu_workers=2, cuda_device_count=0).world_size == 2
+    assert make_plan(parse_gpu_ids(["None"]), None, default_cpu_workers=4).world_size == 2  # one per core
+    monkeypatch.setattr(devices, "usable_cores", lambda: 1)
+    assert make_plan(parse_gpu_ids(["None"]), None, default_cpu_workers=2).world_size == 1
+    # given, --cpu-workers wins over the task's default; on a GPU the default does not apply
+    assert make_plan(parse_gpu_ids(["None"]), cpu_workers=1, default_cpu_workers=2).world_size == 1
+    on_gpu = make_plan(parse_gpu_ids(None), None, default_cpu_workers=2, cuda_device_count=1)
+    assert on_gpu.devices == ("cuda:0",)
+
+
+def test_train_runs_the_flat_quadruped_on_two_cpu_workers_of_256_envs_by_default(monkeypatch):
+    from mjfleet.cli.train import parse_args, resolve
+
+    monkeypatch.setattr(devices, "usable_cores", lambda: 2)
+    job = resolve(
+        *parse_args(["Quadruped-Velocity-Flat", "--gpu-ids", "None", "--logs-root", "/nonexistent"])
+    )
+    assert job.plan.world_size == 2 and job.env.num_envs == 256
+    job = resolve(*parse_args(["Quadruped-Velocity-Flat", "--gpu-ids", "None", "--cpu-workers", "1"]))
+    assert job.plan.world_size == 1
+    assert resolve(*parse_args(["Cartpole-Balance", "--gpu-ids", "None"])).plan.world_size == 1

@@ -23,7 +23,9 @@ def _train_records(task: str, iterations: int, num_envs: int | None = None) -> t
     """Train `iterations` iterations with the task's defaults; one record per iteration."""
     spec = get_task(task)
     cfg = spec.env_config()
-    cfg.num_envs = num_envs or spec.num_envs_cpu
+    cfg.num_envs = (
+        num_envs or spec.num_envs_cpu * spec.cpu_workers
+    )  # in one process: the CPU run's whole batch
     agent = spec.agent_config()
     agent.logger = "none"
     torch.manual_seed(agent.seed)

@@ -51,15 +51,17 @@ def user_errors(prog: str) -> Callable:
     return wrap
 
 
-def worker_plan(flags: Any) -> WorkerPlan:
+def worker_plan(flags: Any, default_cpu_workers: int = 1) -> WorkerPlan:
     """The worker plan from the common --gpu-ids / --cpu-workers / --hosts / --threads flags (prints any notice,
-    unless the command has --quiet)."""
+    unless the command has --quiet). `default_cpu_workers`: the task's, used on CPU when --cpu-workers is not
+    given."""
     gpu_tokens = None if list(flags.gpu_ids) == ["auto"] else list(flags.gpu_ids)
     plan = make_plan(
         parse_gpu_ids(gpu_tokens),
         cpu_workers=flags.cpu_workers,
         hosts=list(flags.hosts),
         threads=flags.threads,
+        default_cpu_workers=default_cpu_workers,
         workers_per_gpu=getattr(flags, "workers_per_gpu", 1),
     )
     if plan.notice and not getattr(flags, "quiet", False):

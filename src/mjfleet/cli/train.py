@@ -46,9 +46,9 @@ class TrainFlags:
     gpu_ids: tuple[str, ...] = ("auto",)
     """GPUs to train on, one worker each: `0 1`, `"[0, 1]"`, `all`, or `None`/`cpu` for CPU. auto: GPU 0 if
     CUDA is available, else CPU. Ids index into CUDA_VISIBLE_DEVICES when it is set."""
-    cpu_workers: int = 1
+    cpu_workers: int | None = None
     """On CPU (--gpu-ids None, or by default on a machine without a GPU): number of CPU worker processes (gloo
-    data-parallel)."""
+    data-parallel). Default: the task's (1; Quadruped-Velocity-Flat: 2), at most one per usable core."""
     workers_per_gpu: int = 1
     """Workers sharing each selected GPU (then gloo with CUDA tensors, as nccl refuses two ranks on one GPU): for
     small env counts and for testing the multi-worker CUDA path on one GPU, not for speed."""
@@ -158,7 +158,7 @@ def resolve(task_name: str, flags: Any, plan: WorkerPlan | None = None) -> Train
     from mjfleet.tasks import get_task
 
     spec = get_task(task_name)
-    plan = worker_plan(flags) if plan is None else plan
+    plan = worker_plan(flags, spec.cpu_workers) if plan is None else plan
     env, agent = flags.env, flags.agent  # the short aliases are applied already (mjfleet.cli.aliases)
     if "/" in agent.run_name or "\\" in agent.run_name or agent.run_name in (".", ".."):
         raise UsageError(f"--run-name {agent.run_name!r}: a run name is part of one directory name (no '/')")
@@ -500,7 +500,8 @@ def _train_as_one_of_the_launchers_workers(task_name: str, flags: Any, argv: lis
         raise UsageError(
             "--workers-per-gpu does not apply under a launcher such as torchrun: it placed the workers"
         )
-    plan = external_plan(parse_gpu_ids(tokens), flags.cpu_workers, list(flags.hosts), flags.threads)
+    cpu_workers = 1 if flags.cpu_workers is None else flags.cpu_workers
+    plan = external_plan(parse_gpu_ids(tokens), cpu_workers, list(flags.hosts), flags.threads)
     dist.init_process_group(plan.backend, init_method="env://")
     try:
         is_main = dist.get_rank() == 0

@@ -150,9 +150,10 @@ class WorkerPlan:
 
 def make_plan(
     request: GpuRequest,
-    cpu_workers: int = 1,
+    cpu_workers: int | None = 1,
     hosts: list[str] | None = None,
     *,
+    default_cpu_workers: int = 1,
     threads: int | None = None,
     cuda_device_count: int | None = None,
     workers_per_gpu: int = 1,
@@ -168,8 +169,14 @@ def make_plan(
 
     ``cuda_device_count=None`` asks torch how many GPUs this process can see (without initialising CUDA).
     Every host is assumed to look like this one (same GPU count, same CUDA_VISIBLE_DEVICES).
+    ``cpu_workers=None`` (not given): on CPU ``default_cpu_workers`` (the task's), at most one per usable core;
+    on GPUs it does not apply.
     Raises :class:`UsageError` (one line) for anything the user has to fix.
     """
+    cores = usable_cores()
+    given = cpu_workers is not None
+    if cpu_workers is None:
+        cpu_workers = max(1, min(default_cpu_workers, cores))
     if isinstance(cpu_workers, bool) or not isinstance(cpu_workers, int) or cpu_workers < 1:
         raise UsageError(f"--cpu-workers must be a whole number >= 1, got {cpu_workers!r}")
     if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
@@ -178,7 +185,6 @@ def make_plan(
         raise UsageError(f"--workers-per-gpu must be a whole number >= 1, got {workers_per_gpu!r}")
     host_names = _resolve_hosts(hosts)
     count = _visible_gpu_count() if cuda_device_count is None else cuda_device_count
-    cores = usable_cores()
 
     notice = None
     if request.mode == "default":
@@ -187,7 +193,7 @@ def make_plan(
                 "no CUDA GPU found: running on CPU (pass --gpu-ids None to choose CPU without this notice)"
             )
             request = GpuRequest("cpu")
-        elif cpu_workers > 1:
+        elif given and cpu_workers > 1:
             raise UsageError(
                 f"--cpu-workers {cpu_workers} only applies with --gpu-ids None "
                 "(this machine has a GPU, so the default is GPU 0)"
@@ -208,7 +214,7 @@ def make_plan(
             notice=notice,
         )
 
-    if cpu_workers > 1:
+    if given and cpu_workers > 1:
         raise UsageError(
             f"--cpu-workers {cpu_workers} only applies with --gpu-ids None; on GPUs there is one worker per GPU"
         )

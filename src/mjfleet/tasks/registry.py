@@ -30,6 +30,9 @@ class TaskSpec:
     agent_config: Callable[[], AgentConfig]
     num_envs_cpu: int = 1024
     num_envs_gpu: int = 4096
+    cpu_workers: int = 1
+    """Worker processes `train` starts on CPU unless --cpu-workers is given (each with num_envs_cpu
+    environments; gloo data-parallel), at most one per usable core."""
     play_settings: Callable[[EnvConfig], None] | None = None
     """Changes `play` makes to the env config (in place) unless --train-env: evaluate the policy, not the domain
     randomisation (e.g. no pushes, no observation noise, nominal friction and mass). None: play as trained."""
