@@ -574,20 +574,24 @@ def test_wandb_gets_the_training_videos(wandb_run):
     assert len(logged) == 2 and all(len(mp4_frames(v)[1]) == 4 for v in logged)
 
 
+def _run_offline(cwd, command: list[str]) -> subprocess.CompletedProcess:
+    """Run an mjfleet command with wandb offline; it must succeed."""
+    result = subprocess.run(
+        command, cwd=cwd, capture_output=True, text=True, timeout=300, env=dict(os.environ, **WANDB_OFFLINE)
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result
+
+
 def test_play_takes_the_checkpoint_from_a_wandb_runs_local_files(wandb_run):
     cwd, run_dir, offline, _ = wandb_run
     run_id = offline.name.rsplit("-", 1)[1]
     (run_dir / "model_2.pt").unlink()  # only the wandb run's copy is left to find
-    result = subprocess.run(
+    _run_offline(
+        cwd,
         [str(BIN / "play"), "Cartpole-Balance", "--gpu-ids", "None", "--num-envs", "4", "--episodes", "4"]
         + ["--wandb-run-path", f"someone/mjfleet-test/{run_id}"],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=dict(os.environ, **WANDB_OFFLINE),
     )
-    assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads((run_dir / "eval.json").read_text())  # in the run directory, not in wandb's files
     assert report["checkpoint"] == str((offline / "files" / "model_2.pt").resolve())
     assert report["iteration"] == 2 and report["episodes"] == 4
@@ -595,16 +599,11 @@ def test_play_takes_the_checkpoint_from_a_wandb_runs_local_files(wandb_run):
 
 def test_resume_from_a_wandb_run_directory_continues_its_latest_checkpoint(wandb_run):
     cwd, run_dir, offline, _ = wandb_run
-    result = subprocess.run(
+    result = _run_offline(
+        cwd,
         [str(BIN / "train"), "Cartpole-Balance", "--gpu-ids", "None", *SMALL, "--max-iterations", "3"]
         + ["--wandb-run-path", str(offline)],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=dict(os.environ, **WANDB_OFFLINE),
     )
-    assert result.returncode == 0, result.stderr[-3000:]
     assert f"resuming from {(offline / 'files' / 'model_2.pt').resolve()} (iteration 2" in result.stdout
     (resumed,) = [r for r in (cwd / "logs" / EXPERIMENT).iterdir() if r != run_dir]
     assert iterations_in(resumed) == [2]

@@ -132,10 +132,6 @@ def _agent_alias(args: list[str]) -> list[str]:
     return out
 
 
-def _wants_video(argv: list[str]) -> bool:
-    return _flag_given(argv, "--video")
-
-
 def check_flags(flags: Any) -> None:
     """Usage errors that need no checkpoint and no environment."""
     if flags.episodes < 1:
@@ -524,9 +520,9 @@ def _plain(value: Any) -> Any:
 @user_errors(PROG)
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else list(argv)
-    if _wants_video(argv):
-        from mjfleet.runs.video import choose_gl_backend
+    from mjfleet.runs.video import choose_gl_backend, video_requested
 
+    if video_requested(argv):
         choose_gl_backend()  # before anything imports mujoco
     quiet_warp()
     task_name, flags = parse_args(argv)
