@@ -70,7 +70,7 @@ def main() -> None:
     spec = get_task(args.task)
     cfg = spec.env_config()
     cfg.num_envs = args.num_envs or spec.num_envs_cpu
-    agent = spec.agent_config()
+    agent = spec.default_agent_config("cpu")
     agent.logger = "none"
     agent.seed = args.seed
     for override in args.agent_set:

@@ -373,3 +373,33 @@ def test_train_runs_the_flat_quadruped_on_two_cpu_workers_of_256_envs_by_default
     job = resolve(*parse_args(["Quadruped-Velocity-Flat", "--gpu-ids", "None", "--cpu-workers", "1"]))
     assert job.plan.world_size == 1
     assert resolve(*parse_args(["Cartpole-Balance", "--gpu-ids", "None"])).plan.world_size == 1
+
+
+def test_train_and_bench_take_the_flat_quadrupeds_cpu_networks_on_cpu_and_its_gpu_networks_on_gpus():
+    from mjfleet.cli import bench, train
+    from mjfleet.tasks import get_task
+
+    spec = get_task("Quadruped-Velocity-Flat")
+    cpu_dims = spec.default_agent_config("cpu").actor.hidden_dims
+    gpu_dims = spec.default_agent_config("cuda:0").actor.hidden_dims
+    assert cpu_dims != gpu_dims and spec.agent_config().actor.hidden_dims == gpu_dims
+    for parse in (train.parse_args, bench.parse_args):
+        _, on_cpu = parse(["Quadruped-Velocity-Flat", "--gpu-ids", "None"])
+        assert on_cpu.agent.actor.hidden_dims == cpu_dims and on_cpu.agent.critic.hidden_dims == cpu_dims
+        _, on_gpu = parse(["Quadruped-Velocity-Flat", "--gpu-ids", "0"])
+        assert on_gpu.agent.actor.hidden_dims == gpu_dims and on_gpu.agent.critic.hidden_dims == gpu_dims
+        # flags given win on either device, and the defaults of other settings are the same
+        _, given = parse(
+            ["Quadruped-Velocity-Flat", "--gpu-ids", "None", "--agent.actor.hidden-dims", "64", "32"]
+        )
+        assert given.agent.actor.hidden_dims == (64, 32) and given.agent.critic.hidden_dims == cpu_dims
+        _, given = parse(["Quadruped-Velocity-Flat", "--gpu-ids", "1", "--agent.critic.hidden-dims", "64"])
+        assert given.agent.critic.hidden_dims == (64,) and given.agent.actor.hidden_dims == gpu_dims
+        assert on_cpu.agent.algorithm == on_gpu.agent.algorithm
+    # the default device is this machine's: CPU without a GPU
+    _, default = train.parse_args(["Quadruped-Velocity-Flat"])
+    expected = gpu_dims if torch.cuda.device_count() else cpu_dims
+    assert default.agent.actor.hidden_dims == expected
+    # a task without CPU defaults has one set everywhere
+    _, cartpole = train.parse_args(["Cartpole-Balance", "--gpu-ids", "None"])
+    assert cartpole.agent == get_task("Cartpole-Balance").agent_config()

@@ -8,12 +8,17 @@ that learned nothing must fail. MJFLEET_LEARNING_TEST_POLICY=zero swaps zero act
 
 import copy
 import os
+import pathlib
+import subprocess
+import sys
 
 import pytest
 import torch
 
 from mjfleet.evaluation import early_terminations, evaluate, random_policy, zero_policy
 from mjfleet.rl import FleetRunner
+from mjfleet.rl.export import build_actor
+from mjfleet.runs.checkpoints import find_checkpoint, read_checkpoint
 from mjfleet.tasks import get_task
 
 SWAP_IN_ZERO_POLICY = os.environ.get("MJFLEET_LEARNING_TEST_POLICY") == "zero"
@@ -26,7 +31,7 @@ def _train_records(task: str, iterations: int, num_envs: int | None = None) -> t
     cfg.num_envs = (
         num_envs or spec.num_envs_cpu * spec.cpu_workers
     )  # in one process: the CPU run's whole batch
-    agent = spec.agent_config()
+    agent = spec.default_agent_config("cpu")
     agent.logger = "none"
     torch.manual_seed(agent.seed)
     runner = FleetRunner(spec.make_env(cfg), agent, None, "cpu", log_format="compact")
@@ -36,17 +41,16 @@ def _train_records(task: str, iterations: int, num_envs: int | None = None) -> t
     return records, runner
 
 
-def _against_baselines(task: str, runner: FleetRunner, episodes: int = 32, num_envs: int = 16, seed: int = 1,
+def _against_baselines(task: str, trained, episodes: int = 32, num_envs: int = 16, seed: int = 1,
                        prepare=None) -> dict[str, dict]:  # fmt: skip
-    """Evaluate the runner's deterministic policy, zero actions and random actions alike: each on fresh
-    environments built and reset from the same seed (same physics draws, initial states and commands).
-    `prepare(cfg)` may change the task's default env config first."""
+    """Evaluate the trained deterministic policy (`trained(env)` builds it), zero actions and random actions alike:
+    each on fresh environments built and reset from the same seed (same physics draws, initial states and
+    commands), with the task's play settings (what `play` evaluates). `prepare(cfg)` may change that config."""
     spec = get_task(task)
-    cfg = spec.env_config()
+    cfg = spec.play_env_config()
     cfg.num_envs = num_envs
     if prepare is not None:
         prepare(cfg)
-    trained = runner.get_inference_policy()
     results = {}
     for name in ("trained", "zero", "random"):
         torch.manual_seed(seed)
@@ -56,11 +60,25 @@ def _against_baselines(task: str, runner: FleetRunner, episodes: int = 32, num_e
         elif name == "zero" or SWAP_IN_ZERO_POLICY:
             policy = zero_policy(env)
         else:
-            policy = trained
+            policy = trained(env)
         torch.manual_seed(seed)
         results[name] = evaluate(env, policy, episodes)
     print({name: _brief(r) for name, r in results.items()})  # shown by pytest when an assertion fails
     return results
+
+
+def _runner_policy(runner: FleetRunner):
+    return lambda env: runner.get_inference_policy()
+
+
+def _checkpoint_policy(path: pathlib.Path):
+    state = read_checkpoint(path)
+
+    def build(env):
+        actor = build_actor(state, env.get_observations(), env.num_actions)
+        return lambda obs: actor(obs, stochastic_output=False)
+
+    return build
 
 
 def _brief(result: dict) -> dict:
@@ -80,7 +98,7 @@ def _train(task: str, iterations: int, num_envs: int | None = None) -> tuple[lis
 
 def test_cartpole_balance_beats_zero_and_random_actions_after_30_iterations():
     _, runner = _train("Cartpole-Balance", iterations=30, num_envs=256)
-    results = _against_baselines("Cartpole-Balance", runner)
+    results = _against_baselines("Cartpole-Balance", _runner_policy(runner))
     max_return = runner.env.max_episode_length  # one reward point per step at most
     best_baseline = max(results["zero"]["mean_return"], results["random"]["mean_return"])
     assert results["trained"]["mean_return"] > best_baseline + 0.2 * max_return
@@ -90,7 +108,7 @@ def test_cartpole_balance_beats_zero_and_random_actions_after_30_iterations():
 def test_cartpole_balance_defaults_reach_95_percent_of_the_maximum_return():
     spec = get_task("Cartpole-Balance")
     returns, runner = _train("Cartpole-Balance", iterations=spec.agent_config().max_iterations)
-    results = _against_baselines("Cartpole-Balance", runner)
+    results = _against_baselines("Cartpole-Balance", _runner_policy(runner))
     assert results["trained"]["mean_return"] >= 0.95 * runner.env.max_episode_length
     best_baseline = max(results["zero"]["mean_return"], results["random"]["mean_return"])
     assert results["trained"]["mean_return"] > best_baseline + 0.2 * runner.env.max_episode_length
@@ -104,7 +122,7 @@ def test_cartpole_swingup_defaults_swing_up_and_balance():
     env = runner.env
     # Hanging earns 0 per step, a pole balanced upright at the centre about 1; the swing-up itself takes ~2 s of
     # the 8 s episode, so about 300 of 400 is near the best possible.
-    results = _against_baselines("Cartpole-Swingup", runner)
+    results = _against_baselines("Cartpole-Swingup", _runner_policy(runner))
     best_baseline = max(results["zero"]["mean_return"], results["random"]["mean_return"])
     assert results["trained"]["mean_return"] > best_baseline + 0.2 * env.max_episode_length
     assert returns[-1] >= 0.6 * env.max_episode_length
@@ -118,25 +136,48 @@ def test_cartpole_swingup_defaults_swing_up_and_balance():
     assert up.float().mean() > 0.9
 
 
-# Fixed evaluation commands (vx, vy, wz): walking forward and backward, which the CPU defaults learn first.
-QUADRUPED_COMMANDS = ((0.6, 0.0, 0.0), (-0.5, 0.0, 0.0))
 QUADRUPED_ITERATIONS = 300
 
 
 @pytest.mark.slow
-def test_quadruped_flat_defaults_track_velocity_commands_better_than_standing_still():
-    _, runner = _train_records("Quadruped-Velocity-Flat", iterations=QUADRUPED_ITERATIONS)
-    for command in QUADRUPED_COMMANDS:
+def test_quadruped_flat_defaults_track_velocity_commands_better_than_standing_still(tmp_path):
+    # The command users run (2 CPU workers of 256 environments where there are 2 cores), 300 iterations: ~12
+    # minutes on the quiet 2-core VM, about 80 % of what its 15 minutes hold.
+    if not SWAP_IN_ZERO_POLICY:
+        train = [
+            pathlib.Path(sys.executable).parent / "train",
+            "Quadruped-Velocity-Flat",
+            "--gpu-ids",
+            "None",
+        ]
+        flags = ["--max-iterations", str(QUADRUPED_ITERATIONS), "--logger", "none", "--log-format", "compact"]
+        done = subprocess.run(
+            [*train, *flags], cwd=tmp_path, capture_output=True, text=True, timeout=4 * 3600
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+    trained = (
+        None
+        if SWAP_IN_ZERO_POLICY
+        else _checkpoint_policy(find_checkpoint(tmp_path / "logs" / "quadruped_velocity_flat"))
+    )
 
-        def fixed_command(cfg, command=command):
-            cfg.episode_length_s = 10.0
-            cfg.commands.fix(*command)
+    # Walking forward at 0.8 m/s: standing still (zero actions hold the default pose) misses by the commanded
+    # speed and never falls; the trained robot must close a clear part of that gap without falling more often.
+    def forward(cfg):
+        cfg.episode_length_s = 10.0
+        cfg.commands.fix(0.8, 0.0, 0.0)
 
-        results = _against_baselines("Quadruped-Velocity-Flat", runner, episodes=16, prepare=fixed_command)
-        trained, zero, random = (results[k] for k in ("trained", "zero", "random"))
-        # Standing still (zero actions hold the default pose) misses by the commanded speed, and survives: the
-        # trained robot must close a clear part of that gap without falling more often.
-        error = trained["metrics"]["lin_vel_error"]
-        assert error < 0.6 * zero["metrics"]["lin_vel_error"], command
-        assert error < 0.6 * random["metrics"]["lin_vel_error"], command
-        assert early_terminations(trained) <= early_terminations(zero), command
+    results = _against_baselines("Quadruped-Velocity-Flat", trained, episodes=16, prepare=forward)
+    trained_, zero, random = (results[k] for k in ("trained", "zero", "random"))
+    error = trained_["metrics"]["lin_vel_error"]
+    assert error < 0.6 * zero["metrics"]["lin_vel_error"]
+    assert error < 0.6 * random["metrics"]["lin_vel_error"]
+    assert early_terminations(trained_) <= early_terminations(zero)
+
+    # The task's random commands (forward, sideways, turning, standing): tracking as clearly better. Falls are
+    # not compared here: after this much training some turning and sideways episodes still end in a fall (12 of
+    # 34 in a 15-minute run; docs/tasks.md), where standing still never falls.
+    results = _against_baselines("Quadruped-Velocity-Flat", trained, episodes=32)
+    error = results["trained"]["metrics"]["lin_vel_error"]
+    assert error < 0.6 * results["zero"]["metrics"]["lin_vel_error"]
+    assert error < 0.6 * results["random"]["metrics"]["lin_vel_error"]

@@ -48,6 +48,13 @@ def start_train(cwd: pathlib.Path, *args: str) -> subprocess.Popen:
     )
 
 
+def run_train(cwd: pathlib.Path, *args: str) -> subprocess.CompletedProcess:
+    """`train Cartpole-Balance ...` to its end."""
+    return subprocess.run(
+        [str(BIN / "train"), "Cartpole-Balance", *args], cwd=cwd, capture_output=True, text=True, timeout=300
+    )
+
+
 def wait_for_iterations(
     proc: subprocess.Popen, cwd: pathlib.Path, n: int, timeout: float = 300
 ) -> pathlib.Path:
@@ -368,6 +375,21 @@ def test_sigint_saves_prints_the_resume_command_and_resuming_continues_the_numbe
     exported = json.loads((new_run / "exported" / "policy.json").read_text())
     assert exported["iteration"] == last + 2 and exported["onnx"]["max_abs_diff_vs_torch"] <= 1e-5
     assert (new_run / "exported" / "policy.onnx").is_file()
+
+
+def test_resume_rebuilds_the_checkpoints_networks_when_the_defaults_differ(tmp_path):
+    # e.g. a run trained on a GPU (the task's GPU networks) continued on CPU, whose defaults may be smaller
+    small = ["--agent.actor.hidden-dims", "16", "8", "--agent.critic.hidden-dims", "12"]
+    first = run_train(tmp_path, "--gpu-ids", "None", *SMALL, "--max-iterations", "1", *small)
+    assert first.returncode == 0, first.stderr
+    resumed = run_train(tmp_path, "--gpu-ids", "None", *SMALL, "--resume", "--max-iterations", "2")
+    assert resumed.returncode == 0, resumed.stderr
+    assert "has actor layers (16, 8); resuming with those" in resumed.stdout
+    assert "has critic layers (12,); resuming with those" in resumed.stdout
+    (run_dir,) = [p for p in (tmp_path / "logs" / EXPERIMENT).iterdir() if (p / "model_2.pt").is_file()]
+    state = read_checkpoint(run_dir / "model_2.pt")
+    assert state["rsl_rl_cfg"]["actor"]["hidden_dims"] == [16, 8]
+    assert state["rsl_rl_cfg"]["critic"]["hidden_dims"] == [12]
 
 
 @pytest.mark.skipif(not pathlib.Path("/proc/self").is_dir(), reason="process checks read /proc")

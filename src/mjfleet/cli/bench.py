@@ -66,7 +66,7 @@ class BenchFlags:
 
 def parse_args(argv: list[str]) -> tuple[str, Any]:
     """(task name, parsed flags): BenchFlags plus the task's own --env.* / --agent.* flags."""
-    return parse_task_command(argv, PROG, USAGE, BenchFlags, sweeps=("num_envs",))
+    return parse_task_command(argv, PROG, USAGE, BenchFlags, sweeps=("num_envs",), device_defaults=True)
 
 
 def parse_num_envs(tokens: tuple[str, ...] | list[str]) -> tuple[list[int], bool]:

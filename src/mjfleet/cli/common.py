@@ -13,7 +13,7 @@ from typing import Any, NoReturn
 from mjfleet.cli.aliases import apply_aliases, mjlab_flag_hint, mjlab_task_hint, task_flag_to_positional
 from mjfleet.cli.parse import parse_flags
 from mjfleet.errors import UsageError
-from mjfleet.launch.devices import WorkerPlan, make_plan, parse_gpu_ids
+from mjfleet.launch.devices import GpuRequest, WorkerPlan, make_plan, parse_gpu_ids, runs_on_cpu
 from mjfleet.launch.launcher import WorkerFailed
 
 
@@ -51,13 +51,17 @@ def user_errors(prog: str) -> Callable:
     return wrap
 
 
+def gpu_request(flags: Any) -> GpuRequest:
+    """The --gpu-ids flag, read (`auto`, its default, is the machine's default device)."""
+    return parse_gpu_ids(None if list(flags.gpu_ids) == ["auto"] else list(flags.gpu_ids))
+
+
 def worker_plan(flags: Any, default_cpu_workers: int = 1) -> WorkerPlan:
     """The worker plan from the common --gpu-ids / --cpu-workers / --hosts / --threads flags (prints any notice,
     unless the command has --quiet). `default_cpu_workers`: the task's, used on CPU when --cpu-workers is not
     given."""
-    gpu_tokens = None if list(flags.gpu_ids) == ["auto"] else list(flags.gpu_ids)
     plan = make_plan(
-        parse_gpu_ids(gpu_tokens),
+        gpu_request(flags),
         cpu_workers=flags.cpu_workers,
         hosts=list(flags.hosts),
         threads=flags.threads,
@@ -153,10 +157,13 @@ def parse_task_command(
     description: str | None = None,
     sweeps: tuple[str, ...] = (),
     env_defaults: Callable[[Any], Any] | None = None,
+    device_defaults: bool = False,
 ):
     """(task name, flags) for `<prog> <Task> [flags]`: `flags_base` plus the task's own --env.* / --agent.*, with
     the short aliases the user gave already applied to them (see mjfleet.cli.aliases; ``sweeps`` as there).
-    ``env_defaults(spec)`` gives the env config the --env.* flags change (default: ``spec.env_config()``)."""
+    ``env_defaults(spec)`` gives the env config the --env.* flags change (default: ``spec.env_config()``).
+    ``device_defaults``: the --agent.* defaults are the task's for the device --gpu-ids picks (`flags_base` has
+    it), CPU or GPU (TaskSpec.agent_config_cpu)."""
     from mjfleet.tasks import get_task
 
     task_name, rest = split_task(argv, prog, usage)
@@ -168,17 +175,30 @@ def parse_task_command(
         if hint is None:
             raise
         raise UsageError(hint) from None
-    env_default = env_defaults(spec) if env_defaults is not None else spec.env_config()
-    flags_type = with_task_configs(flags_base, env_default, spec.agent_config(), f"{prog.title()}Config")
-    try:
-        flags = parse_flags(
-            flags_type, rest, prog=f"{prog} {spec.name}", description=description or spec.description
-        )
-    except UsageError:
-        # a flag spelled as in mjlab: name mjfleet's instead of tyro's guess
-        hint = mjlab_flag_hint(rest)
-        if hint is None:
-            raise
-        raise UsageError(hint) from None
+
+    def parse(on_cpu: bool) -> Any:
+        env_default = env_defaults(spec) if env_defaults is not None else spec.env_config()
+        agent_default = spec.default_agent_config("cpu" if on_cpu else "cuda")
+        flags_type = with_task_configs(flags_base, env_default, agent_default, f"{prog.title()}Config")
+        try:
+            return parse_flags(
+                flags_type, rest, prog=f"{prog} {spec.name}", description=description or spec.description
+            )
+        except UsageError:
+            # a flag spelled as in mjlab: name mjfleet's instead of tyro's guess
+            hint = mjlab_flag_hint(rest)
+            if hint is None:
+                raise
+            raise UsageError(hint) from None
+
+    if device_defaults and spec.agent_config_cpu is not None:
+        # Parse over the defaults of this machine's default device (what --help shows), and once more over the
+        # other device's if --gpu-ids picks that: flags given win either way.
+        guess = runs_on_cpu(GpuRequest("default"))
+        flags = parse(guess)
+        if runs_on_cpu(gpu_request(flags)) != guess:
+            flags = parse(not guess)
+    else:
+        flags = parse(on_cpu=False)
     apply_aliases(flags, sweeps)
     return spec.name, flags

@@ -150,7 +150,7 @@ class TrainJob:
 
 def parse_args(argv: list[str]) -> tuple[str, Any]:
     """(task name, parsed flags) from the command line."""
-    return parse_task_command(argv, PROG, USAGE, TrainFlags)
+    return parse_task_command(argv, PROG, USAGE, TrainFlags, device_defaults=True)
 
 
 def resolve(task_name: str, flags: Any, plan: WorkerPlan | None = None) -> TrainJob:
@@ -216,6 +216,7 @@ def resolve(task_name: str, flags: Any, plan: WorkerPlan | None = None) -> Train
         trained_on = (state.get("infos") or {}).get("task")
         if trained_on and trained_on != spec.name:
             print(f"note: {path.name} was trained on {trained_on}; continuing it on {spec.name}")
+        _adopt_network_shapes(agent, state, path)
         print(f"resuming from {path} (iteration {start}; training up to iteration {agent.max_iterations})")
         resume_from = str(path)
     run_dir = RunDir.new(agent.experiment_name, agent.run_name, root=flags.logs_root)
@@ -234,6 +235,19 @@ def resolve(task_name: str, flags: Any, plan: WorkerPlan | None = None) -> Train
         eval_episodes=flags.eval_episodes,
         video=video,
     )
+
+
+def _adopt_network_shapes(agent: AgentConfig, state: dict[str, Any], path: pathlib.Path) -> None:
+    """Resume with the checkpoint's hidden layers: e.g. a run trained on a GPU (the task's GPU networks) continued
+    on a laptop (its CPU defaults may be smaller) must rebuild the networks it loads."""
+    saved = state.get("rsl_rl_cfg") or {}
+    for name, policy in (("actor", agent.actor), ("critic", agent.critic)):
+        dims = (saved.get(name) or {}).get("hidden_dims")
+        if dims is not None and tuple(dims) != tuple(policy.hidden_dims):
+            print(
+                f"note: {path.name} has {name} layers {tuple(dims)}; resuming with those, not {policy.hidden_dims}"
+            )
+            policy.hidden_dims = tuple(int(d) for d in dims)
 
 
 def _resume_checkpoint(flags: Any, agent: AgentConfig) -> pathlib.Path | None:

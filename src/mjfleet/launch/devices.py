@@ -261,12 +261,17 @@ def external_plan(request: GpuRequest, cpu_workers: int, hosts: list[str], threa
         )
     world = int(os.environ["WORLD_SIZE"])
     local = int(os.environ.get("LOCAL_WORLD_SIZE", world))
-    if request.mode == "cpu" or (request.mode == "default" and _visible_gpu_count() == 0):
+    if runs_on_cpu(request):
         plan = make_plan(request, cpu_workers=local, threads=threads)
     else:
         plan = make_plan(GpuRequest("ids", tuple(range(local))), threads=threads)
     nodes = tuple(f"node{i}" for i in range(world // local))  # only counted: world size = workers x hosts
     return replace(plan, hosts=nodes if len(nodes) > 1 else ("localhost",))
+
+
+def runs_on_cpu(request: GpuRequest) -> bool:
+    """Whether `request` puts the workers on CPU: --gpu-ids None, or the default on a machine without a GPU."""
+    return request.mode == "cpu" or (request.mode == "default" and _visible_gpu_count() == 0)
 
 
 def _physical_gpu(gpu: GpuId, count: int, visible: list[str] | None) -> str:
