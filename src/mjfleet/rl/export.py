@@ -82,8 +82,10 @@ def policy_metadata(env, actor, obs: TensorDict, task: str, **extra: Any) -> dic
         actions["meaning"] = meaning
     mj_model = getattr(env, "mj_model", None)
     if mj_model is not None:
+        from mjfleet.sim.simulation import model_name  # loaded already: the env simulates with it
+
         meta["model"] = {
-            "name": mj_model.names[: mj_model.names.index(b"\0")].decode(),
+            "name": model_name(mj_model),
             "nq": int(mj_model.nq),
             "nv": int(mj_model.nv),
             "nu": int(mj_model.nu),
