@@ -42,12 +42,13 @@ def _train_records(task: str, iterations: int, num_envs: int | None = None) -> t
 
 
 def _against_baselines(task: str, trained, episodes: int = 32, num_envs: int = 16, seed: int = 1,
-                       prepare=None) -> dict[str, dict]:  # fmt: skip
+                       prepare=None, train_env: bool = False) -> dict[str, dict]:  # fmt: skip
     """Evaluate the trained deterministic policy (`trained(env)` builds it), zero actions and random actions alike:
     each on fresh environments built and reset from the same seed (same physics draws, initial states and
-    commands), with the task's play settings (what `play` evaluates). `prepare(cfg)` may change that config."""
+    commands), with the task's play settings (what `play` evaluates) or, with `train_env`, as trained (what
+    `play --train-env` evaluates). `prepare(cfg)` may change that config."""
     spec = get_task(task)
-    cfg = spec.play_env_config()
+    cfg = spec.env_config() if train_env else spec.play_env_config()
     cfg.num_envs = num_envs
     if prepare is not None:
         prepare(cfg)
@@ -181,3 +182,41 @@ def test_quadruped_flat_defaults_track_velocity_commands_better_than_standing_st
     error = results["trained"]["metrics"]["lin_vel_error"]
     assert error < 0.6 * results["zero"]["metrics"]["lin_vel_error"]
     assert error < 0.6 * results["random"]["metrics"]["lin_vel_error"]
+
+
+HUMANOID_LOG_ITERATIONS = 40
+HUMANOID_ITERATIONS = 120
+
+
+@pytest.mark.slow
+def test_humanoid_flat_stays_up_under_pushes_longer_than_standing_still():
+    # Issue 20's CPU target first, from the training log of 40 iterations at 256 environments (the CPU default):
+    # the mean episode length of the last 5 iterations at least 3x that of the first 5, and a lower tracking error.
+    # Standing still does as much (the first episodes end early by their random start lengths), so the judgement
+    # is the evaluation below, after HUMANOID_ITERATIONS iterations (~11 minutes on the quiet 2-core VM).
+    records, runner = _train_records("Humanoid-Velocity-Flat", HUMANOID_LOG_ITERATIONS, num_envs=256)
+    if not SWAP_IN_ZERO_POLICY:
+        first, last = records[:5], records[-5:]
+        assert _mean(last, "mean_episode_length") >= 3.0 * _mean(first, "mean_episode_length")
+        assert _mean(last, "Metrics/lin_vel_error") < _mean(first, "Metrics/lin_vel_error")
+        for _ in range(HUMANOID_ITERATIONS - HUMANOID_LOG_ITERATIONS):
+            runner.learn(1)
+
+    # What CPU training teaches a humanoid first is to stay up against what training throws at it (randomised
+    # starts, pushes, noise); walking to a command takes far more steps than a test can spend here
+    # (docs/tasks.md). So it is judged as trained: zero actions hold the default pose under PD and fall in most of
+    # those episodes (61 of 68 measured), random actions within seconds; the trained policy must fall clearly
+    # less often than standing still and stay up clearly longer than both.
+    results = _against_baselines("Humanoid-Velocity-Flat", _runner_policy(runner), train_env=True)
+    trained, zero, random = (results[k] for k in ("trained", "zero", "random"))
+    assert _fall_rate(trained) <= 0.8 * _fall_rate(zero)
+    assert trained["mean_episode_length"] >= 1.3 * zero["mean_episode_length"]
+    assert trained["mean_episode_length"] >= 1.3 * random["mean_episode_length"]
+
+
+def _mean(records: list[dict], key: str) -> float:
+    return sum(r[key] for r in records) / len(records)
+
+
+def _fall_rate(result: dict) -> float:
+    return early_terminations(result) / result["episodes_ended"]
