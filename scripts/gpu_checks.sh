@@ -5,6 +5,8 @@
 #   bash scripts/gpu_checks.sh tests   # tests/test_cuda.py: graph replay == op by op, no host sync, TF32, train
 #   bash scripts/gpu_checks.sh bench   # Quadruped-Flat 4,096 envs (the GPU target), TF32 on/off alternating
 #   bash scripts/gpu_checks.sh learn   # Quadruped-Flat 300 iterations with the defaults: does it still learn?
+#   bash scripts/gpu_checks.sh humanoid-bench   # Humanoid-Flat at 4,096 envs and where throughput saturates
+#   bash scripts/gpu_checks.sh humanoid-learn   # Humanoid-Flat: minutes to 0.5 m/s forward, error <= 0.15, <= 5% falls
 #
 # Stages may be chained in one call: `bash scripts/gpu_checks.sh tests bench`. Outside the device machine $OUT
 # defaults to ./gpu-results.
@@ -37,8 +39,20 @@ for stage in "$@"; do
             --log-format compact 2>&1 | tail -8
         status=$((status | PIPESTATUS[0]))
         ;;
+    humanoid-bench)
+        python3 -m mjfleet.cli.bench Humanoid-Velocity-Flat --num-envs 1024 4096 8192 16384 --iterations 5 \
+            --json "$out/humanoid_flat_sweep.json" 2>&1 | tail -20
+        status=$((status | PIPESTATUS[0]))
+        ;;
+    humanoid-learn)
+        # Issue 20's GPU target; 8 minutes of training fit one `run` call, the JSON lines say how far it got.
+        python3 scripts/time_to_threshold.py Humanoid-Velocity-Flat --device cuda:0 --metric lin_vel_error \
+            --threshold 0.15 --below --command 0.5 0 0 --max-early-share 0.05 --eval-every 25 \
+            --max-iterations 3000 --max-minutes 8 2>&1 | grep '^{' | tee "$out/humanoid_flat_threshold.jsonl"
+        status=$((status | PIPESTATUS[0]))
+        ;;
     *)
-        echo "gpu_checks.sh: unknown stage '$stage' (tests, bench, learn)" >&2
+        echo "gpu_checks.sh: unknown stage '$stage' (tests, bench, learn, humanoid-bench, humanoid-learn)" >&2
         exit 2
         ;;
     esac
