@@ -193,7 +193,7 @@ def test_humanoid_flat_stays_up_under_pushes_longer_than_standing_still():
     # Issue 20's CPU target first, from the training log of 40 iterations at 256 environments (the CPU default):
     # the mean episode length of the last 5 iterations at least 3x that of the first 5, and a lower tracking error.
     # Standing still does as much (the first episodes end early by their random start lengths), so the judgement
-    # is the evaluation below, after HUMANOID_ITERATIONS iterations (~11 minutes on the quiet 2-core VM).
+    # is the evaluation below, after HUMANOID_ITERATIONS iterations (852 s on the 2-core VM, a training run sharing it).
     records, runner = _train_records("Humanoid-Velocity-Flat", HUMANOID_LOG_ITERATIONS, num_envs=256)
     if not SWAP_IN_ZERO_POLICY:
         first, last = records[:5], records[-5:]
