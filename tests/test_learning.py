@@ -199,8 +199,7 @@ def test_humanoid_flat_stays_up_under_pushes_longer_than_standing_still():
         first, last = records[:5], records[-5:]
         assert _mean(last, "mean_episode_length") >= 3.0 * _mean(first, "mean_episode_length")
         assert _mean(last, "Metrics/lin_vel_error") < _mean(first, "Metrics/lin_vel_error")
-        for _ in range(HUMANOID_ITERATIONS - HUMANOID_LOG_ITERATIONS):
-            runner.learn(1)
+        runner.learn(HUMANOID_ITERATIONS - HUMANOID_LOG_ITERATIONS)
 
     # What CPU training teaches a humanoid first is to stay up against what training throws at it (randomised
     # starts, pushes, noise); walking to a command takes far more steps than a test can spend here
