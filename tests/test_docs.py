@@ -223,3 +223,151 @@ VALIDATORS = {
 @pytest.fixture(autouse=True)
 def _fixed_width(monkeypatch):
     monkeypatch.setenv("COLUMNS", "110")
+
+
+# --- Figures name their measurement --------------------------------------------------------------------------------
+# A throughput or time figure reads as current unless its paragraph says when (a date), on what code (a commit) or
+# points to docs/benchmarks.md, where every figure is dated: so a stale number cannot pass for a current one.
+
+NUMBER = r"(?<![\w.,])\d[\d,]*(?:\.\d+)?"
+FIGURE = re.compile(
+    rf"{NUMBER}\s*[kM]?\s*(?:env-|world-|physics\s+)?steps/s"  # throughput
+    rf"|{NUMBER}x\s+(?:faster|slower)\b"  # speed ratios
+    rf"|(?i:speed-?up|scal(?:es|ing))[^.|\n]{{0,20}}?{NUMBER}x\b"  # scaling over workers
+    rf"|{NUMBER}\s*%\s+of\s+(?:the\s+|its\s+|an?\s+)?(?:physics(?:'s?)?\s+)?(?:bound|speed|iteration|update)\b"
+    rf"|{NUMBER}\s*(?:min|minutes)\b"  # wall clock
+    rf"|{NUMBER}\s*s\s+of\s+training\b"
+)
+DATE = re.compile(r"\b20\d\d-[01]\d-[0-3]\d\b")
+COMMIT = re.compile(r"\b(?=[0-9a-f]*[a-f])(?=[0-9a-f]*[0-9])[0-9a-f]{7,40}\b")
+FIGURE_DOCS = [path for path in DOCS if path.name != "cli.md"]  # cli.md is generated from --help
+
+
+def paragraphs(text: str) -> list[str]:
+    """Blocks between blank lines; a fenced code block is one block, and a table belongs to the paragraph above it
+    (its caption)."""
+    blocks: list[str] = []
+    current: list[str] = []
+    fenced = False
+    for line in text.splitlines():
+        if line.startswith("```"):
+            fenced = not fenced
+        if not fenced and not line.strip():
+            if current:
+                blocks.append("\n".join(current))
+            current = []
+            continue
+        current.append(line)
+    if current:
+        blocks.append("\n".join(current))
+    merged: list[str] = []
+    for block in blocks:
+        if block.startswith("|") and merged:
+            merged[-1] += "\n" + block
+        else:
+            merged.append(block)
+    return merged
+
+
+def undated_figures(text: str, is_benchmarks_page: bool = False) -> list[str]:
+    """The figures of every paragraph that names neither a date, a commit, nor (outside that page) benchmarks.md."""
+    found = []
+    for block in paragraphs(text):
+        figures = [m.group(0) for m in FIGURE.finditer(block)]
+        if not figures or DATE.search(block) or COMMIT.search(block):
+            continue
+        if not is_benchmarks_page and "benchmarks.md" in block:
+            continue
+        found.extend(figures)
+    return found
+
+
+def test_a_figure_without_its_date_is_caught():
+    assert undated_figures("Two workers train at 5,300 env-steps/s on 2 cores.") == ["5,300 env-steps/s"]
+    assert undated_figures("Cartpole trains 16x faster than mjlab.") == ["16x faster"]
+    assert undated_figures("The quadruped trains at 79% of the physics bound.") == [
+        "79% of the physics bound"
+    ]
+    assert undated_figures("It walks within 15 minutes.") == ["15 minutes"]
+    assert undated_figures("| workers | speed-up |\n|---|---|\n| 2 | 1.9x |") == []  # a bare number: no unit
+    assert undated_figures("Scaling:\n\n| workers | speed-up |\n|---|---|\n| 2 | 1.9x |") == []
+    assert undated_figures("Speed-up 1.87x with two workers.") == ["Speed-up 1.87x"]
+    # a date in the next paragraph does not date this one; a table is dated by its caption
+    assert undated_figures("It trains at 2,900 env-steps/s.\n\nMeasured on 2026-11-24.") == [
+        "2,900 env-steps/s"
+    ]
+    assert (
+        undated_figures("On 2026-11-24:\n\n| envs | training |\n|---|---|\n| 256 | 2,900 env-steps/s |") == []
+    )
+    assert undated_figures("| envs | training |\n|---|---|\n| 256 | 2,900 env-steps/s |") == [
+        "2,900 env-steps/s"
+    ]
+
+
+def test_a_figure_with_its_date_commit_or_benchmarks_link_passes():
+    assert undated_figures("It trained at 5,300 env-steps/s (2026-11-24).") == []
+    assert undated_figures("It trained at 5,300 env-steps/s at 934dff1.") == []
+    assert undated_figures("It trains at 5,300 env-steps/s ([benchmarks.md](benchmarks.md)).") == []
+    # benchmarks.md itself must date its figures
+    text = "It trains at 5,300 env-steps/s (see benchmarks.md)."
+    assert undated_figures(text, is_benchmarks_page=True) == ["5,300 env-steps/s"]
+    # physical facts and settings are not measurements of speed
+    assert undated_figures("Episodes last 20 s; joints beyond 90 % of their range are penalised.") == []
+
+
+@pytest.mark.parametrize("path", FIGURE_DOCS, ids=[p.name for p in FIGURE_DOCS])
+def test_every_figure_names_when_it_was_measured(path):
+    undated = undated_figures(path.read_text(), is_benchmarks_page=path.name == "benchmarks.md")
+    assert undated == [], f"{path.name}: figures without a date, commit or benchmarks.md link: {undated}"
+
+
+def test_the_benchmarks_page_is_current_and_short():
+    text = (ROOT / "docs" / "benchmarks.md").read_text()
+    assert len(text.splitlines()) <= 250
+    assert "## Not measured" in text
+    assert "history/benchmarks-log.md" in text
+
+
+# --- Links -----------------------------------------------------------------------------------------------------------
+
+LINKED_DOCS = [*DOCS, *sorted((ROOT / "docs" / "history").glob("*.md"))]
+LINK = re.compile(r"\]\(([^)\s]+)\)")
+
+
+def _anchors(path: pathlib.Path) -> set[str]:
+    """GitHub's heading anchors of a Markdown file, and explicit `<a id=...>` ones."""
+    text = path.read_text()
+    anchors = set(re.findall(r'<a id="([^"]+)"', text))
+    for heading in re.findall(r"^#+ (.+)$", re.sub(r"```.*?```", "", text, flags=re.DOTALL), re.MULTILINE):
+        slug = re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+        anchors.add(slug)
+    return anchors
+
+
+@pytest.mark.parametrize("path", LINKED_DOCS, ids=[str(p.relative_to(ROOT)) for p in LINKED_DOCS])
+def test_relative_links_reach_a_file_and_heading(path):
+    broken = []
+    for target in LINK.findall(path.read_text()):
+        if re.match(r"[a-z]+:", target):
+            continue  # http(s), mailto
+        file_part, _, anchor = target.partition("#")
+        linked = (path.parent / file_part).resolve() if file_part else path
+        if not linked.exists():
+            broken.append(target)
+        elif anchor and linked.suffix == ".md" and anchor not in _anchors(linked):
+            broken.append(target)
+    assert broken == [], f"{path.relative_to(ROOT)}: broken links {broken}"
+
+
+PROJECT_PATH = re.compile(r"(?<![\w./-])((?:src|tests|scripts|examples|docs|\.ci)/[\w./-]*[\w/])")
+
+
+@pytest.mark.parametrize("path", DOCS, ids=[p.name for p in DOCS])
+def test_files_the_docs_name_exist(path):
+    """A file the docs point to (`tests/test_x.py`, `scripts/y.py`, `src/...`) is still there."""
+    missing = [
+        ref
+        for ref in PROJECT_PATH.findall(path.read_text())
+        if not (ROOT / ref).exists() and not (path.parent / ref).exists()
+    ]
+    assert missing == [], f"{path.name} names files that do not exist: {missing}"
