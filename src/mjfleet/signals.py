@@ -7,7 +7,7 @@ from typing import Literal
 
 ECHO_WINDOW_S = 1.0
 """A repeat of the first signal within this time is the same request: `uv run` passes on a Ctrl-C that its
-whole process group already received (measured: the copy arrives 0.2 s after the original)."""
+whole process group already received, and the copy arrives well within this window (docs/runs.md)."""
 
 
 class StopSignals:
