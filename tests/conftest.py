@@ -1,7 +1,12 @@
-"""Shared test setup: one warp kernel cache for the whole run (and every subprocess it starts)."""
+"""Shared test setup: one warp kernel cache for the whole run (and every subprocess it starts), and one short
+Cartpole-Balance run that the tests reading, playing and exporting a run share."""
 
 import os
 import pathlib
+import subprocess
+from typing import NamedTuple
+
+import pytest
 
 # Warp compiles kernels on first use (25-60 s per model on 2 cores): every test, and every worker or CLI process a
 # test starts, shares one cache. Set before warp is imported anywhere.
@@ -9,6 +14,39 @@ os.environ.setdefault("WARP_CACHE_PATH", str(pathlib.Path(__file__).resolve().pa
 os.environ.setdefault("MJFLEET_WARP_VERBOSE", "")
 
 import warp as wp  # noqa: E402
+from helpers import CARTPOLE_EXPERIMENT, metrics, run_cli  # noqa: E402
 
 wp.config.quiet = True
 wp.config.log_level = wp.LOG_WARNING
+
+
+class TrainedRun(NamedTuple):
+    """A finished `train` run: its working directory, run directory, the command's result and metrics.jsonl."""
+
+    cwd: pathlib.Path
+    run_dir: pathlib.Path
+    result: subprocess.CompletedProcess
+    records: list[dict]
+
+
+CARTPOLE_RUN = {"num_envs": 64, "steps": 8, "iterations": 20, "save_interval": 8, "episode_length_s": 1.0}
+"""The shared run's settings. One-second episodes (50 policy steps): training reports complete episodes within a
+few iterations, and Cartpole-Balance is learnt in ~20 small iterations, so `play` can tell it from the baselines."""
+
+
+@pytest.fixture(scope="session")
+def cartpole_run(tmp_path_factory) -> TrainedRun:
+    """Cartpole-Balance trained by the real `train` command with its default logger, once per test session.
+
+    Shared: tests only read it. A test that writes into a run (play's eval.json, an export, a resumed run beside
+    it) works on a copy (`helpers.copy_workdir`)."""
+    cwd = tmp_path_factory.mktemp("cartpole_run")
+    c = CARTPOLE_RUN
+    result = run_cli(
+        "train", "Cartpole-Balance", "--gpu-ids", "None", "--num-envs", str(c["num_envs"]),
+        "--agent.num-steps-per-env", str(c["steps"]), "--max-iterations", str(c["iterations"]),
+        "--agent.save-interval", str(c["save_interval"]), "--env.episode-length-s", str(c["episode_length_s"]),
+        "--run-name", "shared", "--log-format", "compact", cwd=cwd, check=True,
+    )  # fmt: skip
+    (run_dir,) = (cwd / "logs" / CARTPOLE_EXPERIMENT).iterdir()
+    return TrainedRun(cwd, run_dir, result, metrics(run_dir))

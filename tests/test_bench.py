@@ -72,7 +72,7 @@ def test_a_sweep_through_the_console_script_reports_every_figure_for_each_env_co
 
     report = json.loads(out.read_text())
     assert report["task"] == "Cartpole-Balance"
-    assert set(report["versions"]) >= {"mjfleet", "torch", "warp", "mujoco_warp", "rsl_rl"}
+    assert set(report["versions"]) >= {"mjfleet", "torch", "warp-lang", "mujoco-warp", "rsl-rl-lib"}
     assert report["machine"]["cores"] >= 1 and report["machine"]["cpu"]
     (run,) = report["runs"]
     assert run["workers"] == 1 and run["device"] == "cpu" and run["device_name"]

@@ -1,54 +1,47 @@
-"""The console scripts as a user runs them: real processes, real simulator."""
+"""The console scripts as a user runs them, real simulator: each script once as a real process (the exit status a
+shell sees); what only depends on its arguments, through its `main` in this process."""
 
-import json
 import os
 import pathlib
 import subprocess
-import sys
 
 import pytest
 import torch
 import yaml
-
-BIN = pathlib.Path(sys.executable).parent
-
-
-def run(script: str, *args: str, cwd=None, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [str(BIN / script), *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=os.environ.copy(),
-    )
+from conftest import CARTPOLE_RUN
+from helpers import assert_one_line_usage_error, assert_usage_exit, metrics, run_cli
 
 
-def assert_one_line_usage_error(result: subprocess.CompletedProcess, *needles: str) -> None:
-    assert result.returncode == 2, result.stderr
-    assert "Traceback" not in result.stderr
-    lines = [line for line in result.stderr.strip().splitlines() if line.strip()]
-    assert len(lines) == 1, result.stderr
-    for needle in needles:
-        assert needle in lines[0]
+def run_main(command: str, *args: str, capsys) -> tuple[int, str, str]:
+    """`main` of a console script in this process: (exit status, stdout, stderr)."""
+    import importlib
+
+    capsys.readouterr()
+    try:
+        importlib.import_module(f"mjfleet.cli.{command}").main(list(args))
+        code = 0
+    except SystemExit as exit_info:
+        code = exit_info.code or 0
+    out, err = capsys.readouterr()
+    return code, out, err
 
 
-def test_tasks_lists_every_task_with_a_description():
-    result = run("tasks")
-    assert result.returncode == 0
-    assert "Cartpole-Balance" in result.stdout and "Cartpole-Swingup" in result.stdout
-    assert "pole" in result.stdout
+def test_tasks_lists_every_task_with_a_description(capsys):
+    code, out, _ = run_main("tasks", capsys=capsys)
+    assert code == 0
+    assert "Cartpole-Balance" in out and "Cartpole-Swingup" in out
+    assert "pole" in out
 
 
-def test_train_help_lists_the_tasks():
-    result = run("train", "--help")
-    assert result.returncode == 0
-    assert "Cartpole-Swingup" in result.stdout
+def test_train_help_lists_the_tasks(capsys):
+    code, out, _ = run_main("train", "--help", capsys=capsys)
+    assert code == 0
+    assert "Cartpole-Swingup" in out
 
 
-def test_train_task_help_lists_that_tasks_env_and_agent_flags():
-    result = run("train", "Cartpole-Swingup", "--help")
-    assert result.returncode == 0
+def test_train_task_help_lists_that_tasks_env_and_agent_flags(capsys):
+    code, out, _ = run_main("train", "Cartpole-Swingup", "--help", capsys=capsys)
+    assert code == 0
     for flag in (
         "--env.num-envs",
         "--env.swingup",
@@ -60,11 +53,11 @@ def test_train_task_help_lists_that_tasks_env_and_agent_flags():
         "--seed",
         "--max-iterations",
     ):
-        assert flag in result.stdout, flag
+        assert flag in out, flag
 
 
 def test_unknown_task_names_the_closest_tasks():
-    assert_one_line_usage_error(run("train", "Cartpole-Balanse"), "unknown task", "Cartpole-Balance")
+    assert_one_line_usage_error(run_cli("train", "Cartpole-Balanse"), "unknown task", "Cartpole-Balance")
 
 
 @pytest.mark.parametrize(
@@ -92,43 +85,30 @@ def test_bad_values_are_one_line_errors_with_exit_status_2(args, needle, tmp_pat
     monkeypatch.chdir(tmp_path)
     with pytest.raises(SystemExit) as exit_info:
         main(["Cartpole-Balance", *args])
-    err = capsys.readouterr().err
-    assert_one_line_usage_error(subprocess.CompletedProcess([], exit_info.value.code, "", err), needle)
+    assert_usage_exit(exit_info, capsys.readouterr().err, needle)
     assert not (tmp_path / "logs").exists()
 
 
-def test_train_writes_a_complete_run_directory(tmp_path):
-    result = run(
-        "train",
-        "Cartpole-Balance",
-        "--gpu-ids",
-        "None",
-        "--num-envs",
-        "32",
-        "--max-iterations",
-        "3",
-        "--agent.num-steps-per-env",
-        "8",
-        "--agent.save-interval",
-        "2",
-        "--run-name",
-        "smoke",
-        cwd=tmp_path,
-    )
-    assert result.returncode == 0, result.stderr
-    (run_dir,) = (tmp_path / "logs" / "cartpole_balance").iterdir()
-    assert run_dir.name.endswith("_smoke")
-    assert {"model_2.pt", "model_3.pt", "metrics.jsonl"} <= {p.name for p in run_dir.iterdir()}
+def test_train_writes_a_complete_run_directory(cartpole_run):
+    _, run_dir, result, records = cartpole_run
+    c = CARTPOLE_RUN
+    assert run_dir.name.endswith("_shared")  # --run-name
+    saved = [f"model_{i}.pt" for i in range(c["save_interval"], c["iterations"], c["save_interval"])]
+    assert len(saved) >= 2 and {*saved, f"model_{c['iterations']}.pt", "metrics.jsonl"} <= {
+        p.name for p in run_dir.iterdir()
+    }
     env_cfg = yaml.safe_load((run_dir / "params" / "env.yaml").read_text())
     agent_cfg = yaml.safe_load((run_dir / "params" / "agent.yaml").read_text())
-    assert env_cfg["num_envs"] == 32 and agent_cfg["max_iterations"] == 3
+    assert env_cfg["num_envs"] == c["num_envs"] and agent_cfg["max_iterations"] == c["iterations"]
     versions = yaml.safe_load((run_dir / "params" / "versions.yaml").read_text())
     assert versions["rsl-rl-lib"] == "5.5.1" and versions["warp-lang"] == "1.19.0"
-    assert not (run_dir / "params" / "git.yaml").exists()  # tmp_path is in no git repository
-    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    assert len(records) == 3 and records[-1]["env_steps"] == 3 * 8 * 32
+    assert not (run_dir / "params" / "git.yaml").exists()  # the fixture's directory is in no git repository
+    assert (
+        len(records) == c["iterations"]
+        and records[-1]["env_steps"] == c["iterations"] * c["steps"] * c["num_envs"]
+    )
     summary = result.stdout.strip().splitlines()[-1]
-    assert summary.startswith("done: 3 iterations") and str(run_dir) in summary
+    assert summary.startswith(f"done: {c['iterations']} iterations") and str(run_dir) in summary
 
 
 def test_the_same_seed_trains_the_same_policy_and_another_seed_another(tmp_path, monkeypatch):
@@ -144,8 +124,7 @@ def test_the_same_seed_trains_the_same_policy_and_another_seed_another(tmp_path,
         main(["Cartpole-Balance", *tiny, "--seed", str(seed), "--run-name", name])
         (run_dir,) = (tmp_path / "logs" / "cartpole_balance").glob(f"*_{name}")
         state = read_checkpoint(run_dir / "model_2.pt")
-        metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-        runs[name] = (state["actor_state_dict"], [m["mean_return"] for m in metrics])
+        runs[name] = (state["actor_state_dict"], [m["mean_return"] for m in metrics(run_dir)])
     (actor_a, returns_a), (actor_b, returns_b), (actor_c, _) = runs["a"], runs["b"], runs["c"]
     assert all(torch.equal(actor_a[k], actor_b[k]) for k in actor_a) and returns_a == returns_b
     assert not all(torch.equal(actor_a[k], actor_c[k]) for k in actor_a)
@@ -159,8 +138,8 @@ def test_a_bad_task_module_in_the_environment_is_one_line(modules, needle, tmp_p
     examples = pathlib.Path(__file__).parent.parent / "examples"
     # The same file under a second name registers its task a second time.
     (tmp_path / "pendulum_copy.py").write_text((examples / "pendulum.py").read_text())
-    env = {**os.environ, "MJFLEET_TASK_MODULES": modules, "PYTHONPATH": f"{examples}{os.pathsep}{tmp_path}"}
-    result = subprocess.run([str(BIN / "tasks")], capture_output=True, text=True, timeout=120, env=env)
+    pythonpath = f"{examples}{os.pathsep}{tmp_path}"
+    result = run_cli("tasks", timeout=120, env={"MJFLEET_TASK_MODULES": modules, "PYTHONPATH": pythonpath})
     assert_one_line_usage_error(result, needle)
 
 
@@ -183,8 +162,9 @@ def test_a_bad_task_module_in_the_environment_is_one_line(modules, needle, tmp_p
         (["plot", "--bogus", "x"], ["--bogus"]),
     ],
 )
-def test_a_flag_tyro_cannot_parse_is_one_line_not_a_box(command, needles):
-    assert_one_line_usage_error(run(*command), *needles)
+def test_a_flag_tyro_cannot_parse_is_one_line_not_a_box(command, needles, capsys):
+    code, out, err = run_main(*command, capsys=capsys)
+    assert_one_line_usage_error(subprocess.CompletedProcess(command, code, out, err), *needles)
 
 
 # --- short aliases: one table, one rule ----------------------------------------------------------------
@@ -314,8 +294,7 @@ def test_an_mjlab_spelling_is_one_line_naming_mjfleets_flag(
     main = importlib.import_module(f"mjfleet.cli.{command}").main
     with pytest.raises(SystemExit) as exit_info:
         main(["Cartpole-Balance", "--gpu-ids", "None", *args])
-    err = capsys.readouterr().err
-    assert_one_line_usage_error(subprocess.CompletedProcess([], exit_info.value.code, "", err), *needles)
+    assert_usage_exit(exit_info, capsys.readouterr().err, *needles)
     assert not (tmp_path / "logs").exists()
 
 
@@ -358,5 +337,4 @@ def test_task_given_twice_or_as_mjlabs_name_is_one_line(argv, needles, capsys):
 
     with pytest.raises(SystemExit) as exit_info:
         main(argv)
-    err = capsys.readouterr().err
-    assert_one_line_usage_error(subprocess.CompletedProcess([], exit_info.value.code, "", err), *needles)
+    assert_usage_exit(exit_info, capsys.readouterr().err, *needles)

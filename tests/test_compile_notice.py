@@ -1,8 +1,9 @@
 """A cold start says what it is doing: one line while warp compiles a model's kernels, nothing on a warm cache."""
 
-import os
-import subprocess
 import sys
+
+import pytest
+from helpers import run_cli
 
 BUILD_CARTPOLE = """
 from mjfleet.cli.common import quiet_warp
@@ -17,17 +18,13 @@ NOTICE = "compiling simulation kernels for cartpole: first run on this machine, 
 
 
 def build(cache, **env: str) -> list[str]:
-    result = subprocess.run(
-        [sys.executable, "-c", BUILD_CARTPOLE],
-        env={**os.environ, "WARP_CACHE_PATH": str(cache), **env},
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
+    result = run_cli(sys.executable, "-c", BUILD_CARTPOLE, env={"WARP_CACHE_PATH": str(cache), **env}, timeout=600,
+                     check=True)  # fmt: skip
     return result.stdout.splitlines()
 
 
+# slow: every kernel of a model compiled from nothing, and two fresh processes; .ci/run's second step runs it.
+@pytest.mark.slow
 def test_a_cold_kernel_cache_announces_the_compile_once_and_a_warm_one_is_silent(tmp_path):
     cache = tmp_path / "warp_cache"  # fresh: every kernel of the model compiles (~30-60 s on 2 cores)
     cold = build(cache)

@@ -6,13 +6,12 @@ CI has no GPU; run them there with `python -m pytest tests/test_cuda.py` (see do
 import contextlib
 import io
 import json
-import os
 import pathlib
-import subprocess
 import sys
 
 import pytest
 import torch
+from helpers import run_cli
 
 from mjfleet.tasks import get_task
 
@@ -202,11 +201,8 @@ def test_tf32_update_is_close_to_the_float32_update_and_not_equal(task):
 
 def test_train_on_gpu_0_end_to_end(tmp_path):
     """`train` with no device flag picks GPU 0 and writes a complete run directory."""
-    result = subprocess.run(
-        [sys.executable, "-m", "mjfleet.cli.train", "Cartpole-Balance", "--num-envs", "1024",
-         "--max-iterations", "3", "--logs-root", str(tmp_path)],
-        capture_output=True, text=True, timeout=900, env=os.environ.copy(),
-    )  # fmt: skip
+    result = run_cli(sys.executable, "-m", "mjfleet.cli.train", "Cartpole-Balance", "--num-envs", "1024",
+                     "--max-iterations", "3", "--logs-root", str(tmp_path), timeout=900)  # fmt: skip
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     (run_dir,) = pathlib.Path(tmp_path).glob("*/*")
     assert (run_dir / "model_3.pt").exists()
@@ -220,12 +216,9 @@ def test_two_workers_share_gpu_0_with_identical_parameters_and_one_run_directory
     """--workers-per-gpu 2: torchrunx spawns 2 workers with CUDA_VISIBLE_DEVICES, each with its own CUDA graphs,
     gradients averaged over gloo as CUDA tensors, rank 0 alone writing; a consistency check after every iteration
     stops the run if the ranks' parameters ever differ."""
-    result = subprocess.run(
-        [sys.executable, "-m", "mjfleet.cli.train", "Cartpole-Balance", "--gpu-ids", "0", "--workers-per-gpu", "2",
-         "--num-envs", "256", "--max-iterations", "3", "--agent.consistency-check-interval", "1",
-         "--logs-root", str(tmp_path)],
-        capture_output=True, text=True, timeout=900, env=os.environ.copy(),
-    )  # fmt: skip
+    result = run_cli(sys.executable, "-m", "mjfleet.cli.train", "Cartpole-Balance", "--gpu-ids", "0",
+                     "--workers-per-gpu", "2", "--num-envs", "256", "--max-iterations", "3",
+                     "--agent.consistency-check-interval", "1", "--logs-root", str(tmp_path), timeout=900)  # fmt: skip
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "2 workers (gloo, 2 per GPU)" in result.stdout
     (run_dir,) = pathlib.Path(tmp_path).glob("*/*")

@@ -236,8 +236,9 @@ def test_cpu_workers_below_one_are_rejected(bad):
 
 def test_cpu_plan_never_initialises_cuda():
     """In a fresh process (this one may have used CUDA in other tests, on a GPU machine)."""
-    import subprocess
     import sys
+
+    from helpers import run_cli
 
     code = """
 import torch
@@ -254,8 +255,7 @@ def work():
 
 print(run_workers(plan, work), torch.cuda.is_initialized())
 """
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert result.returncode == 0, result.stderr
+    result = run_cli(sys.executable, "-c", code, timeout=120, check=True)
     assert result.stdout.split() == ["2.0", "False"]
 
 

@@ -9,11 +9,10 @@ that learned nothing must fail. MJFLEET_LEARNING_TEST_POLICY=zero swaps zero act
 import copy
 import os
 import pathlib
-import subprocess
-import sys
 
 import pytest
 import torch
+from helpers import run_cli
 
 from mjfleet.evaluation import early_terminations, evaluate, random_policy, zero_policy
 from mjfleet.rl import FleetRunner
@@ -145,17 +144,9 @@ def test_quadruped_flat_defaults_track_velocity_commands_better_than_standing_st
     # The command users run (2 CPU workers of 256 environments where there are 2 cores), 300 iterations: ~12
     # minutes on the quiet 2-core VM, about 80 % of what its 15 minutes hold.
     if not SWAP_IN_ZERO_POLICY:
-        train = [
-            pathlib.Path(sys.executable).parent / "train",
-            "Quadruped-Velocity-Flat",
-            "--gpu-ids",
-            "None",
-        ]
         flags = ["--max-iterations", str(QUADRUPED_ITERATIONS), "--logger", "none", "--log-format", "compact"]
-        done = subprocess.run(
-            [*train, *flags], cwd=tmp_path, capture_output=True, text=True, timeout=4 * 3600
-        )
-        assert done.returncode == 0, done.stderr[-3000:]
+        run_cli("train", "Quadruped-Velocity-Flat", "--gpu-ids", "None", *flags, cwd=tmp_path, timeout=4 * 3600,
+                check=True)  # fmt: skip
     trained = (
         None
         if SWAP_IN_ZERO_POLICY

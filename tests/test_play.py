@@ -3,70 +3,46 @@
 import json
 import os
 import pathlib
-import subprocess
-import sys
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
 import torch
+from conftest import CARTPOLE_RUN
+from helpers import NO_GL, assert_real_plot, copy_workdir, mp4_frames, run_cli
 
 from mjfleet.runs.checkpoints import read_checkpoint
 
-BIN = pathlib.Path(sys.executable).parent
-# One-second episodes (50 policy steps): short enough that training reports complete episodes within a few
-# iterations, and that Cartpole-Balance is learnt in ~20 small iterations.
-SHORT_EPISODES = ["--env.episode-length-s", "1.0"]
-ITERATIONS = 20
+# The shared run's one-second episodes (tests/conftest.py): play evaluates what training saw.
+SHORT_EPISODES = ["--env.episode-length-s", str(CARTPOLE_RUN["episode_length_s"])]
+ITERATIONS = CARTPOLE_RUN["iterations"]
 VIDEO = {"length": 60, "width": 160, "height": 120}
 
 
-def run(script: str, *args: str, cwd, timeout: float = 300, **env: str) -> subprocess.CompletedProcess:
-    result = subprocess.run(
-        [str(BIN / script), *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env={**os.environ, **env},
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    return result
-
-
 @pytest.fixture(scope="module")
-def trained(tmp_path_factory):
-    """A Cartpole-Balance run trained by the real `train` command; returns (workdir, run_dir, last record)."""
-    cwd = tmp_path_factory.mktemp("play")
-    run("train", "Cartpole-Balance", "--gpu-ids", "None", "--num-envs", "64", "--agent.num-steps-per-env", "8",
-        "--max-iterations", str(ITERATIONS), "--logger", "none", "--log-format", "compact", *SHORT_EPISODES,
-        cwd=cwd)  # fmt: skip
-    (run_dir,) = (cwd / "logs" / "cartpole_balance").iterdir()
-    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    return cwd, run_dir, records
-
-
-@pytest.fixture(scope="module")
-def played(trained):
-    """`play` with --video, --export and --baselines on the trained run's latest checkpoint; returns (stdout,
-    eval.json).
+def played(cartpole_run, tmp_path_factory):
+    """`play` with --video, --export and --baselines on the latest checkpoint of a copy of the shared Cartpole run
+    (play writes eval.json, videos/ and exported/ into the run directory); returns (stdout, eval.json, the copy's
+    run directory).
 
     Without a headless OpenGL (EGL or OSMesa; .ci/run installs Mesa's EGL) it plays without --video."""
     from mjfleet.runs.video import working_gl_backend
 
-    cwd, run_dir, _ = trained
+    cwd = copy_workdir(cartpole_run.cwd, tmp_path_factory.mktemp("play"))
+    run_dir = cwd / cartpole_run.run_dir.relative_to(cartpole_run.cwd)
     video, gl = [], os.environ.get("MUJOCO_GL") or working_gl_backend()
     if gl:
         video = ["--video", "--video-length", str(VIDEO["length"]), "--video-width", str(VIDEO["width"]),
                  "--video-height", str(VIDEO["height"])]  # fmt: skip
-    result = run("play", "Cartpole-Balance", "--gpu-ids", "None", *SHORT_EPISODES, "--episodes", "32",
-                 "--num-envs", "16", *video, "--export", "--baselines", cwd=cwd, **({"MUJOCO_GL": gl} if gl else {}))  # fmt: skip
-    return result.stdout, json.loads((run_dir / "eval.json").read_text())
+    result = run_cli("play", "Cartpole-Balance", "--gpu-ids", "None", *SHORT_EPISODES, "--episodes", "32",
+                     "--num-envs", "16", *video, "--export", "--baselines", cwd=cwd,
+                     env={"MUJOCO_GL": gl} if gl else {}, check=True)  # fmt: skip
+    return result.stdout, json.loads((run_dir / "eval.json").read_text()), run_dir
 
 
-def test_play_return_is_consistent_with_the_training_return(trained, played):
-    _, run_dir, records = trained
-    out, report = played
+def test_play_return_is_consistent_with_the_training_return(cartpole_run, played):
+    records = cartpole_run.records
+    out, report, run_dir = played
     max_return = 50.0  # one reward point per policy step at most, 50 steps per episode
     train_return = float(np.mean([r["mean_return"] for r in records[-3:]]))
     assert train_return > 0.8 * max_return, "the policy did not learn: the test proves nothing"
@@ -81,7 +57,7 @@ def test_play_return_is_consistent_with_the_training_return(trained, played):
 
 
 def test_eval_json_has_the_return_statistics_and_the_tasks_episode_metrics(played):
-    _, report = played
+    _, report, _ = played
     for key in ("mean_return", "std_return", "mean_episode_length", "episodes", "num_envs", "task"):
         assert key in report
     terms = report["episode_metrics"]
@@ -96,7 +72,7 @@ def test_eval_json_has_the_return_statistics_and_the_tasks_episode_metrics(playe
 
 
 def test_eval_json_counts_how_episodes_ended_and_averages_the_tasks_metrics(played):
-    _, report = played
+    _, report, _ = played
     assert sum(report["terminations"].values()) == report["episodes_ended"] >= report["episodes"]
     # A policy that balances for the whole second: every episode ends at the time limit.
     assert report["terminations"] == {"time_out": report["episodes_ended"]}
@@ -104,7 +80,7 @@ def test_eval_json_counts_how_episodes_ended_and_averages_the_tasks_metrics(play
 
 
 def test_baselines_are_evaluated_alike_and_tabled_beside_the_trained_policy(played):
-    out, report = played
+    out, report, _ = played
     baselines = report["baselines"]
     assert set(baselines) == {"zero", "random"}
     for result in baselines.values():
@@ -120,32 +96,25 @@ def test_baselines_are_evaluated_alike_and_tabled_beside_the_trained_policy(play
 
 
 def test_video_has_the_requested_frames_and_size(played):
-    import imageio_ffmpeg
-
-    _, report = played
+    _, report, _ = played
     if report["video"] is None:
-        pytest.skip(
-            "no headless OpenGL here: apt-get install libegl1 libegl-mesa0 libgl1-mesa-dri (see .ci/run)"
-        )
+        pytest.skip(NO_GL)
     path = pathlib.Path(report["video"])
     assert path.suffix == ".mp4" and path.parent.name == "videos"
-    frames = imageio_ffmpeg.read_frames(str(path))
-    meta = next(frames)
-    images = [np.frombuffer(f, np.uint8).reshape(VIDEO["height"], VIDEO["width"], 3) for f in frames]
+    meta, images = mp4_frames(path)
     assert tuple(meta["size"]) == (VIDEO["width"], VIDEO["height"])
     assert meta["fps"] == pytest.approx(50.0)  # the policy rate
     assert len(images) == VIDEO["length"] == report["video_frames"]
     assert images[0].std() > 5, "blank frame"
 
 
-def test_export_writes_an_onnx_policy_that_matches_torch(trained, played):
+def test_export_writes_an_onnx_policy_that_matches_torch(played):
     import onnxruntime as ort
     from tensordict import TensorDict
 
     from mjfleet.rl.export import build_actor
 
-    _, run_dir, _ = trained
-    out, _ = played
+    out, _, run_dir = played
     exported = run_dir / "exported"
     meta = json.loads((exported / "policy.json").read_text())
     assert meta["onnx"]["max_abs_diff_vs_torch"] <= 1e-5
@@ -181,15 +150,8 @@ def test_export_writes_an_onnx_policy_that_matches_torch(trained, played):
     assert np.abs(got - expected).max() <= 1e-5
 
 
-def test_training_wrote_a_reward_curve(trained):
-    import matplotlib.image
-
-    _, run_dir, _ = trained
-    data = (run_dir / "reward_curve.png").read_bytes()
-    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000
-    image = matplotlib.image.imread(str(run_dir / "reward_curve.png"))
-    assert image.shape[0] >= 400 and image.shape[1] >= 600
-    assert float(image[..., :3].std()) > 0.05, "the plot is blank"
+def test_training_wrote_a_reward_curve(cartpole_run):
+    assert_real_plot(cartpole_run.run_dir / "reward_curve.png")
 
 
 def test_random_baseline_needs_no_checkpoint_and_scores_below_the_trained_policy(
@@ -197,7 +159,7 @@ def test_random_baseline_needs_no_checkpoint_and_scores_below_the_trained_policy
 ):
     from mjfleet.cli.play import main
 
-    _, trained_report = played
+    _, trained_report, _ = played
     monkeypatch.chdir(tmp_path)  # no logs/ here: nothing to load
     main(["Cartpole-Balance", "--gpu-ids", "None", *SHORT_EPISODES, "--agent", "random", "--episodes", "32"])
     report = json.loads(

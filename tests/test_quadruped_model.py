@@ -6,11 +6,10 @@ device with a captured step, as the training loop does.
 
 from __future__ import annotations
 
-import itertools
-
 import mujoco
 import numpy as np
 import pytest
+from model_checks import contype_collisions
 
 from mjfleet.assets import asset_path
 
@@ -123,16 +122,8 @@ def test_each_joint_has_a_torque_limited_pd_servo_over_its_full_range(model):
 
 
 def test_robot_geoms_collide_with_the_floor_but_never_with_each_other(model):
-    def collides(g1: int, g2: int) -> bool:
-        return bool(
-            (model.geom_contype[g1] & model.geom_conaffinity[g2])
-            or (model.geom_contype[g2] & model.geom_conaffinity[g1])
-        )
-
-    floor = model.geom("floor").id
-    robot = [g for g in range(model.ngeom) if model.geom_bodyid[g] != 0]
-    assert not any(collides(a, b) for a, b in itertools.combinations(robot, 2))
-    colliding = {model.geom(g).name for g in robot if collides(g, floor)}
+    among_robot, colliding = contype_collisions(model)
+    assert among_robot == []
     expected = {"trunk"} | {f"{leg}_{part}" for leg in LEGS for part in ("thigh", "calf", "foot")}
     assert colliding == expected
 

@@ -42,7 +42,9 @@ def cache_path() -> Path:
 
 def cache_key(task: str, device_name: str, threads: int, versions: dict[str, str], config: str = "") -> str:
     """The cache entry's name; `config` a digest of the task's settings (`config_digest`)."""
-    libs = ",".join(f"{k}={versions[k]}" for k in ("mjfleet", "warp", "mujoco_warp", "torch"))
+    # the labels of the keys cached before versions were named by distribution: those entries stay valid
+    labels = {"mjfleet": "mjfleet", "warp": "warp-lang", "mujoco_warp": "mujoco-warp", "torch": "torch"}
+    libs = ",".join(f"{label}={versions[dist]}" for label, dist in labels.items())
     return f"{task}|{device_name}|threads={threads}|{libs}" + (f"|config={config}" if config else "")
 
 

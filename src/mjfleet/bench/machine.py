@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.metadata
 import os
 import platform
 import resource
@@ -11,27 +10,7 @@ import time
 from pathlib import Path
 
 from mjfleet.launch.devices import usable_cores
-
-_PACKAGES = {
-    "mjfleet": "mjfleet",
-    "torch": "torch",
-    "warp": "warp-lang",
-    "mujoco_warp": "mujoco-warp",
-    "mujoco": "mujoco",
-    "rsl_rl": "rsl-rl-lib",
-    "torchrunx": "torchrunx",
-}
-
-
-def versions() -> dict[str, str]:
-    """Installed versions of mjfleet and the libraries whose speed the benchmark measures."""
-    found = {"python": platform.python_version()}
-    for name, dist in _PACKAGES.items():
-        try:
-            found[name] = importlib.metadata.version(dist)
-        except importlib.metadata.PackageNotFoundError:
-            found[name] = "not installed"
-    return found
+from mjfleet.runs.provenance import versions  # noqa: F401 - the libraries a result depends on, as a run records them
 
 
 def cpu_model() -> str:

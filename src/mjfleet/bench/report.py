@@ -201,7 +201,9 @@ def format_report(result: dict[str, Any]) -> str:
         f"bench {result['task']}  {result['date']}",
         f"host: {m['cpu']}, {m['cores']} cores ({m['os']})",
         "versions: "
-        + ", ".join(f"{k} {v[k]}" for k in ("mjfleet", "torch", "warp", "mujoco_warp", "rsl_rl", "python")),
+        + ", ".join(
+            f"{k} {v[k]}" for k in ("mjfleet", "torch", "warp-lang", "mujoco-warp", "rsl-rl-lib", "python")
+        ),
         f"settings: {result['settings']['steps']} steps x {result['settings']['repeats']} blocks per phase, "
         f"{result['settings']['iterations']} PPO iterations (+1 warm-up); best block shown; "
         f"rates in env-steps/s of all workers; % = share of the physics bound",

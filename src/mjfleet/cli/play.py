@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from mjfleet.cli.common import parse_task_command, quiet_warp, user_errors
 from mjfleet.errors import UsageError, first_line
-from mjfleet.runs.run_dir import atomic_write_text
+from mjfleet.runs.run_dir import atomic_write_text, to_plain
 
 PROG = "play"
 Policy = Literal["checkpoint", "random", "zero"]
@@ -213,7 +213,7 @@ def play(task_name: str, flags: Any) -> dict[str, Any]:
             f"play settings of {spec.name}: "
             + ", ".join(
                 f"{k}={v!r}"
-                for k, v in _flatten(_plain(dataclasses.asdict(env_cfg))).items()
+                for k, v in _flatten(to_plain(dataclasses.asdict(env_cfg))).items()
                 if k in play_keys
             )
             + " (--train-env: as in training)"
@@ -363,7 +363,7 @@ def play(task_name: str, flags: Any) -> dict[str, Any]:
         if flags.viewer
         else None,
         "exported": exported,
-        "env_cfg": _plain(dataclasses.asdict(env_cfg)),
+        "env_cfg": to_plain(dataclasses.asdict(env_cfg)),
     }
     atomic_write_text(output, json.dumps(summary, indent=2) + "\n")
     _print_summary(summary, label, output)
@@ -385,8 +385,8 @@ def _baseline_policy(name: str, env, seed: int):
 
 def _play_setting_keys(spec: Any) -> set[str]:
     """The dotted env settings the task's play settings change (empty when it has none)."""
-    trained = _flatten(_plain(dataclasses.asdict(spec.env_config())))
-    played = _flatten(_plain(dataclasses.asdict(spec.play_env_config())))
+    trained = _flatten(to_plain(dataclasses.asdict(spec.env_config())))
+    played = _flatten(to_plain(dataclasses.asdict(spec.play_env_config())))
     return {k for k in played if trained.get(k) != played[k]}
 
 
@@ -402,8 +402,8 @@ def _notice_differences(
         print(f"note: the checkpoint was trained on {infos['task']}; playing it on {task}")
     # Both sides plain and flattened to dotted names: the checkpoint keeps tuples where the flags give lists,
     # and a note should name the one nested setting that differs, not its whole group.
-    trained = _flatten(_plain(infos.get("env_cfg") or {}))
-    now = _flatten(_plain(dataclasses.asdict(env_cfg)))
+    trained = _flatten(to_plain(infos.get("env_cfg") or {}))
+    now = _flatten(to_plain(dataclasses.asdict(env_cfg)))
     ignore = {"num_envs", "capture_graphs", "capture_step", *on_purpose}  # on purpose: the play settings
     differ = [k for k in now if k in trained and k not in ignore and trained[k] != now[k]]
     if fixed_command:  # --command changes these on purpose
@@ -509,12 +509,6 @@ def _comparison_table(results: dict[str, dict[str, Any]]) -> str:
 
 def _number(value: float | None) -> str:
     return "-" if value is None else f"{value:.4g}"
-
-
-def _plain(value: Any) -> Any:
-    from mjfleet.runs.run_dir import to_plain
-
-    return to_plain(value)
 
 
 @user_errors(PROG)

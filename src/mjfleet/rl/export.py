@@ -300,20 +300,21 @@ def _export_onnx(actor, path: pathlib.Path) -> None:
 
 
 def _plain(value: Any) -> Any:
-    if isinstance(value, torch.Tensor):
-        value = value.detach().cpu()
-        if value.dim() == 2:  # per-environment copies of the same vector
-            if not bool((value == value[0]).all()):
-                raise ValueError("per-environment values differ: there is no one value to export")
-            value = value[0]
-        # float32 as the shortest text that reads back exactly (0.9, not 0.8999999761581421)
-        if value.dtype == torch.float32:
-            return value.numpy().astype(str).astype(float).tolist()
-        return value.tolist()
-    if isinstance(value, (tuple, list)):
-        return [_plain(v) for v in value]
-    if isinstance(value, dict):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, pathlib.PurePath):
-        return str(value)
-    return value
+    """`to_plain` with tensors as lists: one vector for per-environment copies of it."""
+    from mjfleet.runs.run_dir import to_plain
+
+    return to_plain(value, _tensor_as_list)
+
+
+def _tensor_as_list(value: Any) -> Any:
+    if not isinstance(value, torch.Tensor):
+        return value
+    value = value.detach().cpu()
+    if value.dim() == 2:  # per-environment copies of the same vector
+        if not bool((value == value[0]).all()):
+            raise ValueError("per-environment values differ: there is no one value to export")
+        value = value[0]
+    # float32 as the shortest text that reads back exactly (0.9, not 0.8999999761581421)
+    if value.dtype == torch.float32:
+        return value.numpy().astype(str).astype(float).tolist()
+    return value.tolist()

@@ -6,6 +6,7 @@ import dataclasses
 import datetime
 import os
 import pathlib
+from collections.abc import Callable
 from typing import Any
 
 import yaml
@@ -89,15 +90,16 @@ class RunDir:
             )
 
 
-def to_plain(value: Any) -> Any:
-    """Tuples -> lists, paths -> str, recursively, so configs serialise as plain YAML/JSON."""
+def to_plain(value: Any, leaf: Callable[[Any], Any] | None = None) -> Any:
+    """Tuples -> lists, paths -> str, recursively, so configs serialise as plain YAML/JSON; `leaf` converts every
+    other value (e.g. tensors, for an exported policy's metadata)."""
     if isinstance(value, dict):
-        return {str(k): to_plain(v) for k, v in value.items()}
+        return {str(k): to_plain(v, leaf) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [to_plain(v) for v in value]
+        return [to_plain(v, leaf) for v in value]
     if isinstance(value, pathlib.PurePath):
         return str(value)
-    return value
+    return value if leaf is None else leaf(value)
 
 
 def atomic_write_text(path: pathlib.Path, text: str) -> None:

@@ -1,0 +1,154 @@
+"""What the tests share: running mjfleet's console scripts as a user does, and readers of what a run wrote."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+BIN = pathlib.Path(sys.executable).parent
+"""The virtual environment's scripts: `train`, `play`, `tasks`, `plot`, `bench` as installed."""
+
+CARTPOLE_EXPERIMENT = "cartpole_balance"
+SMALL_CARTPOLE = [
+    "--num-envs",
+    "32",
+    "--agent.num-steps-per-env",
+    "8",
+    "--logger",
+    "none",
+    "--log-format",
+    "compact",
+]
+"""A short Cartpole-Balance run: 32 environments, 8-step rollouts, no dashboard, one line per iteration."""
+CARTPOLE_OPTIMIZER_STEPS_PER_ITERATION = 20
+"""5 epochs x 4 mini-batches: the Cartpole agent's optimizer steps per iteration."""
+
+NO_GL = "no headless OpenGL here: apt-get install libegl1 libegl-mesa0 libgl1-mesa-dri (see .ci/run)"
+
+
+def run_cli(
+    program: str,
+    *args: str,
+    cwd: str | os.PathLike | None = None,
+    env: dict[str, str | None] | None = None,
+    timeout: float = 300,
+    check: bool = False,
+) -> subprocess.CompletedProcess[str]:
+    """`program` with `args` in a process of its own, to its end: a console script of this environment by name
+    (`train`, `play`, ...) or any executable by path. Output is captured as text; the environment is this
+    process's with `env`'s changes (a None value removes the variable). With `check`, an exit status other than
+    0 fails the test and shows the end of stderr."""
+    command = [program if os.sep in program else str(BIN / program), *args]
+    environ = dict(os.environ)
+    for name, value in (env or {}).items():
+        if value is None:
+            environ.pop(name, None)
+        else:
+            environ[name] = value
+    result = subprocess.run(command, cwd=cwd, env=environ, capture_output=True, text=True, timeout=timeout)
+    if check:
+        assert result.returncode == 0, result.stdout[-1000:] + result.stderr[-3000:]
+    return result
+
+
+def assert_one_line_usage_error(result: subprocess.CompletedProcess, *needles: str) -> None:
+    """Exit status 2 and one line on stderr holding every needle: mjfleet's answer to bad input."""
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr
+    lines = [line for line in result.stderr.strip().splitlines() if line.strip()]
+    assert len(lines) == 1, result.stderr
+    for needle in needles:
+        assert needle in lines[0]
+
+
+def assert_usage_exit(exit_info: pytest.ExceptionInfo[SystemExit], err: str, *needles: str) -> None:
+    """The in-process form of `assert_one_line_usage_error`: a `main()` that raised SystemExit, and its stderr."""
+    assert_one_line_usage_error(subprocess.CompletedProcess([], exit_info.value.code, "", err), *needles)
+
+
+def metrics(run_dir: pathlib.Path) -> list[dict]:
+    """metrics.jsonl of a run: one record per iteration."""
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def iterations_in(run_dir: pathlib.Path) -> list[int]:
+    return [record["iteration"] for record in metrics(run_dir)]
+
+
+def copy_workdir(source: pathlib.Path, tmp_path: pathlib.Path) -> pathlib.Path:
+    """A private copy of a shared fixture's working directory (its logs/ and all), for a test that writes there."""
+    target = tmp_path / source.name
+    shutil.copytree(source, target, symlinks=True)
+    return target
+
+
+def gl_backend_or_skip() -> str:
+    """The headless OpenGL backend MuJoCo renders videos with here; skips the test where there is none."""
+    from mjfleet.runs.video import working_gl_backend
+
+    gl = os.environ.get("MUJOCO_GL") or working_gl_backend()
+    if not gl:
+        pytest.skip(NO_GL)
+    return gl
+
+
+def mp4_frames(path: pathlib.Path) -> tuple[dict, list]:
+    """(ffmpeg's metadata, the frames as (H, W, 3) uint8 arrays) of an MP4 file."""
+    import imageio_ffmpeg
+    import numpy as np
+
+    frames = imageio_ffmpeg.read_frames(str(path))
+    meta = next(frames)
+    width, height = meta["size"]
+    return meta, [np.frombuffer(f, np.uint8).reshape(height, width, 3) for f in frames]
+
+
+def assert_real_plot(path: pathlib.Path) -> None:
+    """A PNG of a drawn plot: large enough, and not blank."""
+    import matplotlib.image
+
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000
+    image = matplotlib.image.imread(str(path))
+    assert image.shape[0] >= 400 and image.shape[1] >= 600
+    assert float(image[..., :3].std()) > 0.05, "the plot is blank"
+
+
+def live_processes_in_session(sid: int) -> list[int]:
+    """Pids of the processes still running (not zombies) in session `sid`, read from /proc."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = pathlib.Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            fields = stat[stat.rfind(")") + 2 :].split()
+            if int(fields[3]) == sid and fields[0] != "Z":
+                found.append(int(entry))
+    return found
+
+
+def cartpole_runner(tmp_path: pathlib.Path, seed: int, episode_length_s: float = 0.3, logger: str = "none"):
+    """(FleetRunner, RunDir): a small Cartpole-Balance runner in this process (16 envs, 8-step rollouts, normalised
+    observations) writing a fresh run directory under `tmp_path`."""
+    import torch
+    from small_cartpole import cartpole_configs
+
+    from mjfleet.rl import FleetRunner
+    from mjfleet.runs import RunDir
+
+    spec, env_cfg, agent = cartpole_configs(episode_length_s=episode_length_s)
+    agent.logger = logger
+    agent.actor.obs_normalization = True
+    agent.critic.obs_normalization = True
+    torch.manual_seed(seed)
+    run_dir = RunDir.new(agent.experiment_name, root=tmp_path)
+    run_dir.create()
+    return FleetRunner(spec.make_env(env_cfg), agent, run_dir, "cpu"), run_dir
