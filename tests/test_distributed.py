@@ -39,6 +39,29 @@ def test_ranks_end_with_identical_parameters_while_their_environments_differ(pla
     assert result["agreed_stop"] == signal.SIGTERM
 
 
+def test_a_runner_takes_its_ranks_from_its_context_not_from_rank_variables(plan):
+    import distributed_workers as w
+
+    result = run_workers(plan, w.train_with_bogus_rank_variables, plan, log_dir="")
+    assert result["world_size"] == 2 and result["reducer"] == "shared-memory"
+    assert result["params_identical"] and not result["env_data_identical"]
+    assert (
+        result["startup"] == "update: fast engine; gradients averaged after every minibatch by shared-memory"
+    )
+
+
+@pytest.mark.parametrize("reducer", ["shared-memory", "all-reduce"])
+def test_the_normaliser_syncs_through_the_reducer_as_rsl_rl_syncs_it(plan, reducer):
+    """Identical statistics on both ranks, bit for bit rsl_rl's own (its all_reduce calls), and those of one
+    process holding both ranks' data (up to float32 summation order)."""
+    import distributed_workers as w
+
+    result = run_workers(plan, w.normaliser_statistics, plan, reducer, log_dir="")
+    assert result["reducer"] == reducer
+    assert result["identical_on_ranks"] and result["equal_to_rsl_rl"]
+    assert result["max_difference_to_one_process"] < 1e-5
+
+
 def test_without_gradient_averaging_the_ranks_drift_apart(plan):
     import distributed_workers as w
 
