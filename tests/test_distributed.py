@@ -234,6 +234,25 @@ def test_flags_that_place_workers_are_usage_errors_under_an_external_launcher(fl
     assert not (tmp_path / "logs").exists()
 
 
+def test_workers_import_the_task_modules_their_job_names_without_the_variable(plan, monkeypatch, tmp_path):
+    """MJFLEET_TASK_MODULES is the user's input to the launching command; the job carries the modules, so workers
+    started without the variable still find the task."""
+    from mjfleet.cli.train import parse_args, resolve
+    from mjfleet.tasks.plugins import load_environment_modules
+    from mjfleet.train.job import reserve_run_dir
+    from mjfleet.train.worker import train_worker
+
+    monkeypatch.setenv("MJFLEET_TASK_MODULES", "plugin_task")
+    monkeypatch.syspath_prepend(str(TESTS))
+    load_environment_modules()  # what importing mjfleet.tasks does in a fresh `train`
+    argv = ["Test-PluginCartpole", *SMALL, "--max-iterations", "1", "--logs-root", str(tmp_path)]
+    job = reserve_run_dir(resolve(*parse_args(argv)))
+    assert job.task_modules == ("plugin_task",)
+    monkeypatch.delenv("MJFLEET_TASK_MODULES")
+    summary = run_workers(job.plan, train_worker, job, log_dir="")
+    assert summary["iterations"] == 1 and job.run_dir.latest_checkpoint() is not None
+
+
 def test_a_failing_worker_ends_train_quickly_with_that_ranks_traceback(tmp_path):
     stamp = tmp_path / "failed_at"
     env = {
