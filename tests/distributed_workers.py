@@ -11,8 +11,9 @@ import torch.distributed as dist
 import warp as wp
 from small_cartpole import cartpole_configs
 
-from mjfleet.launch.worker import WorkerContext, seed_for, setup_worker
+from mjfleet.launch.worker import WorkerContext, seed_for, start_worker
 from mjfleet.rl import FleetRunner
+from mjfleet.rl.agreement import agreed_stop
 from mjfleet.rl.episode_stats import EpisodeStats
 
 NUM_ENVS = 16
@@ -22,6 +23,7 @@ STEPS = 8
 def build_runner(
     num_envs: int,
     seed: int,
+    ctx: WorkerContext | None = None,
     *,
     reducer: str = "auto",
     fast: bool = True,
@@ -40,7 +42,7 @@ def build_runner(
     torch.manual_seed(seed)
     wp.config.log_level = wp.LOG_WARNING
     env = spec.make_env(cfg, "cpu")
-    return FleetRunner(env, agent, None, "cpu", log_format="compact")
+    return FleetRunner(env, agent, context=ctx, log_format="compact")
 
 
 def _gather(tensor: torch.Tensor) -> list[torch.Tensor]:
@@ -51,14 +53,13 @@ def _gather(tensor: torch.Tensor) -> list[torch.Tensor]:
 
 def train_and_compare(plan, reducer: str) -> dict:
     """Train 3 iterations on each rank; report whether parameters and environment data match across ranks."""
-    ctx = WorkerContext.from_env(plan)
-    setup_worker(ctx, plan)
-    runner = build_runner(NUM_ENVS, seed_for(0, ctx), reducer=reducer)
+    ctx = start_worker(plan)
+    runner = build_runner(NUM_ENVS, seed_for(0, ctx), ctx, reducer=reducer)
     first_obs = runner.env.get_observations()["critic"].clone()
     if reducer == "none":
         runner.agent_cfg.consistency_check_interval = 0  # drifting apart is the point of this run
     runner.learn(3)
-    params = torch.cat([p.detach().reshape(-1) for p in runner._policy_parameters()])
+    params = torch.cat([p.detach().reshape(-1) for p in runner.policy_parameters()])
     all_params, all_obs = _gather(params), _gather(first_obs)
     # The runner's per-iteration exchanges (through shared memory on one host): episode statistics summed over
     # the ranks, and a stop signal that only rank 1 received, agreed on by both.
@@ -68,10 +69,10 @@ def train_and_compare(plan, reducer: str) -> dict:
     stats.update(torch.full((4,), ctx.rank + 1.0), dones, {"log": log, "episodes_finished": dones.sum()})
     episodes = stats.collect(runner.alg.sum_across_workers)
     runner.stop = SimpleNamespace(signum=signal.SIGTERM if ctx.rank == 1 else None)
-    agreed_stop = runner._agreed_stop()
+    stop = agreed_stop(runner)
     return {
         "episodes": episodes,
-        "agreed_stop": agreed_stop,
+        "agreed_stop": stop,
         "reducer": runner.reducer_name,
         "rank": ctx.rank,
         "world_size": ctx.world_size,
@@ -98,12 +99,11 @@ STORAGE_FIELDS = ("actions", "rewards", "dones", "values", "actions_log_prob", "
 def averaged_update(plan, out_dir: str, reducer: str, fast: bool, sync: int = 1) -> dict:
     """Each rank: rollout, save its data and the initial parameters, do one PPO update with averaging through
     `reducer`, by the fast engine or the reference; with `sync` > 1, `sync` minibatches accumulated per step."""
-    ctx = WorkerContext.from_env(plan)
-    setup_worker(ctx, plan)
+    ctx = start_worker(plan)
     runner = build_runner(
-        NUM_ENVS, seed_for(0, ctx), reducer=reducer, fast=fast, single_update=True, sync=sync
+        NUM_ENVS, seed_for(0, ctx), ctx, reducer=reducer, fast=fast, single_update=True, sync=sync
     )
-    assert (runner.alg.fast is not None) == fast
+    assert (runner.alg.engine is not None) == fast
     runner.alg.broadcast_parameters()
     rollout(runner)
     storage = runner.alg.storage
@@ -128,8 +128,7 @@ def shared_memory_rounds(plan, rounds: int) -> dict:
 
     from mjfleet.rl.reduce import SharedMemory
 
-    ctx = WorkerContext.from_env(plan)
-    setup_worker(ctx, plan)
+    ctx = start_worker(plan)
     assert SharedMemory.available(1000, torch.float32)
     reduce = SharedMemory(ctx.world_size, 1000, torch.float32)
     jitter = random.Random(ctx.rank)
@@ -148,23 +147,76 @@ def shared_memory_rounds(plan, rounds: int) -> dict:
             late.sum(torch.zeros(10))
         except RuntimeError as exc:
             timed_out = str(exc)
-    results: list = [None] * dist.get_world_size()
-    dist.all_gather_object(results, {"wrong": wrong, "timed_out": timed_out})
-    return results
+    from mjfleet.rl.reduce import gather_json
+
+    return gather_json({"wrong": wrong, "timed_out": timed_out}, ctx.world_size)
 
 
 def diverge_after_one_iteration(plan) -> dict:
     """Train with a consistency check after every iteration (build_runner's interval: 1); after the first
     iteration rank 1's policy is changed behind the averaging's back."""
-    ctx = WorkerContext.from_env(plan)
-    setup_worker(ctx, plan)
-    runner = build_runner(NUM_ENVS, seed_for(0, ctx))
+    ctx = start_worker(plan)
+    runner = build_runner(NUM_ENVS, seed_for(0, ctx), ctx)
 
     def corrupt(record: dict) -> None:
         if ctx.rank == 1 and record["iteration"] == 0:
             with torch.no_grad():
                 next(runner.alg.actor.parameters()).add_(1e-3)
 
-    runner.on_iteration = corrupt
+    runner.hooks.on_iteration = corrupt
     runner.learn(6)  # must stop at the first check after it
     return {"iterations": runner.current_learning_iteration}
+
+
+def train_with_bogus_rank_variables(plan) -> dict:
+    """A runner built from an explicit context trains as that context says, whatever RANK/WORLD_SIZE hold: after the
+    context is read, the variables are set to nonsense that a runner reading them would fail on."""
+    import os
+
+    ctx = start_worker(plan)
+    os.environ.update(RANK="7", WORLD_SIZE="9", LOCAL_RANK="5")
+    runner = build_runner(NUM_ENVS, seed_for(0, ctx), ctx)
+    first_obs = runner.env.get_observations()["critic"].clone()
+    runner.learn(1)
+    params = torch.cat([p.detach().reshape(-1) for p in runner.policy_parameters()])
+    all_params, all_obs = _gather(params), _gather(first_obs)
+    return {
+        "rank": ctx.rank,
+        "world_size": runner.ctx.world_size,
+        "reducer": runner.reducer_name,
+        "startup": runner.describe(),
+        "params_identical": all(torch.equal(p, all_params[0]) for p in all_params),
+        "env_data_identical": all(torch.equal(o, all_obs[0]) for o in all_obs),
+    }
+
+
+def normaliser_statistics(plan, reducer: str) -> dict:
+    """Each rank updates an observation normaliser with data of its own, synchronised through `reducer`, and with
+    rsl_rl's own update (its all_reduce calls); rank 0 also updates one over both ranks' data in one process."""
+    from rsl_rl.modules import EmpiricalNormalization
+
+    from mjfleet.rl.normalizer import update_normalizer
+    from mjfleet.rl.reduce import choose_reducer
+
+    ctx = start_worker(plan)
+    sums = choose_reducer(reducer, torch.zeros(100), ctx.group)
+    generator = torch.Generator().manual_seed(0)
+    batches = [
+        torch.randn(2, 64, 5, generator=generator) * (1 + i) + i for i in range(3)
+    ]  # 3 updates, 2 ranks
+    ours, theirs, single = EmpiricalNormalization(5), EmpiricalNormalization(5), EmpiricalNormalization(5)
+    for batch in batches:
+        update_normalizer(ours, batch[ctx.rank], sums.sum)
+        theirs.update(batch[ctx.rank])  # rsl_rl's: all_reduce on the default group
+        update_normalizer(single, batch.reshape(-1, 5), None)
+    stats = {
+        name: torch.cat([norm._mean.view(-1), norm._var.view(-1), norm.count.view(1).float()])
+        for name, norm in (("ours", ours), ("theirs", theirs), ("single", single))
+    }
+    gathered = _gather(stats["ours"])
+    return {
+        "reducer": sums.name,
+        "identical_on_ranks": all(torch.equal(g, gathered[0]) for g in gathered),
+        "equal_to_rsl_rl": torch.equal(stats["ours"], stats["theirs"]),
+        "max_difference_to_one_process": float((stats["ours"] - stats["single"]).abs().max()),
+    }

@@ -118,7 +118,7 @@ def _updates_from_one_rollout(task: str, variants: list[dict]):
     import copy
 
     env, runner, alg = make_training(task)
-    obs = collect(alg, env, env.get_observations(), runner.cfg["num_steps_per_env"])
+    obs = collect(alg, env, env.get_observations(), runner.agent_cfg.num_steps_per_env)
     with torch.inference_mode():
         alg.compute_returns(obs)
     models = (alg.actor, alg.critic)
@@ -130,7 +130,7 @@ def _updates_from_one_rollout(task: str, variants: list[dict]):
     start_params = flat(p for m in models for p in m.parameters())
     optimizer_start = copy.deepcopy(alg.optimizer.state_dict())
     lr, rng = alg.learning_rate, torch.cuda.get_rng_state()
-    engine, schedule = alg.fast, alg.schedule
+    engine, schedule = alg.engine, alg.schedule
     assert engine is not None and engine.capture  # the defaults on CUDA
     results = []
     for variant in variants:
@@ -139,7 +139,7 @@ def _updates_from_one_rollout(task: str, variants: list[dict]):
         alg.optimizer.load_state_dict(copy.deepcopy(optimizer_start))
         alg.learning_rate = lr
         torch.cuda.set_rng_state(rng)  # the same minibatch permutation
-        alg.fast = engine if variant.get("fast", True) else None
+        alg.engine = engine if variant.get("fast", True) else None
         engine.capture = variant.get("capture", True)
         alg.tf32 = variant.get("tf32", True)
         alg.schedule = variant.get("schedule", schedule)
@@ -147,7 +147,7 @@ def _updates_from_one_rollout(task: str, variants: list[dict]):
         losses = alg.update()
         params = flat(p for m in models for p in m.parameters())
         buffers = flat(b for m in models for b in m.buffers())  # observation normalisers
-        results.append((params, buffers, losses, alg.learning_rate, alg.fast is not None))
+        results.append((params, buffers, losses, alg.learning_rate, alg.engine is not None))
     assert engine.graph is not None and engine.capture  # recorded, and not given up
     return start_params, results
 

@@ -39,6 +39,29 @@ def test_ranks_end_with_identical_parameters_while_their_environments_differ(pla
     assert result["agreed_stop"] == signal.SIGTERM
 
 
+def test_a_runner_takes_its_ranks_from_its_context_not_from_rank_variables(plan):
+    import distributed_workers as w
+
+    result = run_workers(plan, w.train_with_bogus_rank_variables, plan, log_dir="")
+    assert result["world_size"] == 2 and result["reducer"] == "shared-memory"
+    assert result["params_identical"] and not result["env_data_identical"]
+    assert (
+        result["startup"] == "update: fast engine; gradients averaged after every minibatch by shared-memory"
+    )
+
+
+@pytest.mark.parametrize("reducer", ["shared-memory", "all-reduce"])
+def test_the_normaliser_syncs_through_the_reducer_as_rsl_rl_syncs_it(plan, reducer):
+    """Identical statistics on both ranks, bit for bit rsl_rl's own (its all_reduce calls), and those of one
+    process holding both ranks' data (up to float32 summation order)."""
+    import distributed_workers as w
+
+    result = run_workers(plan, w.normaliser_statistics, plan, reducer, log_dir="")
+    assert result["reducer"] == reducer
+    assert result["identical_on_ranks"] and result["equal_to_rsl_rl"]
+    assert result["max_difference_to_one_process"] < 1e-5
+
+
 def test_without_gradient_averaging_the_ranks_drift_apart(plan):
     import distributed_workers as w
 
@@ -209,6 +232,25 @@ def test_flags_that_place_workers_are_usage_errors_under_an_external_launcher(fl
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "do not apply under a launcher such as torchrun" in lines[0], result.stderr
     assert not (tmp_path / "logs").exists()
+
+
+def test_workers_import_the_task_modules_their_job_names_without_the_variable(plan, monkeypatch, tmp_path):
+    """MJFLEET_TASK_MODULES is the user's input to the launching command; the job carries the modules, so workers
+    started without the variable still find the task."""
+    from mjfleet.cli.train import parse_args, resolve
+    from mjfleet.tasks.plugins import load_environment_modules
+    from mjfleet.train.job import reserve_run_dir
+    from mjfleet.train.worker import train_worker
+
+    monkeypatch.setenv("MJFLEET_TASK_MODULES", "plugin_task")
+    monkeypatch.syspath_prepend(str(TESTS))
+    load_environment_modules()  # what importing mjfleet.tasks does in a fresh `train`
+    argv = ["Test-PluginCartpole", *SMALL, "--max-iterations", "1", "--logs-root", str(tmp_path)]
+    job = reserve_run_dir(resolve(*parse_args(argv)))
+    assert job.task_modules == ("plugin_task",)
+    monkeypatch.delenv("MJFLEET_TASK_MODULES")
+    summary = run_workers(job.plan, train_worker, job, log_dir="")
+    assert summary["iterations"] == 1 and job.run_dir.latest_checkpoint() is not None
 
 
 def test_a_failing_worker_ends_train_quickly_with_that_ranks_traceback(tmp_path):

@@ -57,7 +57,7 @@ def _perturb(alg, scale=0.3):
 def test_losses_kl_and_every_gradient_equal_the_reference(settings, normalize_advantages):
     runner = _rollout_runner(**settings)
     alg = runner.alg
-    assert isinstance(alg.fast, FastUpdate)
+    assert isinstance(alg.engine, FastUpdate)
     alg.normalize_advantage_per_mini_batch = normalize_advantages
     _perturb(alg)
     clipped_ratios = clipped_values = 0
@@ -67,7 +67,7 @@ def test_losses_kl_and_every_gradient_equal_the_reference(settings, normalize_ad
         grads = alg.flat_grad[:-1].clone()
         batch.advantages = advantages
         alg.flat_grad.fill_(float("nan"))  # every gradient must be written, not left over
-        our_terms, our_kl = alg.fast.gradients(batch)
+        our_terms, our_kl = alg.engine.gradients(batch)
         torch.testing.assert_close(our_terms, terms, rtol=1e-5, atol=1e-6)
         torch.testing.assert_close(alg.flat_grad[:-1], grads, rtol=1e-4, atol=1e-6)
         if settings.get("schedule") == "fixed":
@@ -92,7 +92,7 @@ def test_the_fast_update_equals_the_reference_update():
     for fast in (True, False):
         runner = _rollout_runner(obs_normalization=True)
         if not fast:
-            runner.alg.fast = None
+            runner.alg.engine = None
         torch.manual_seed(5)
         runs.append((runner.alg, runner.alg.update()))
     (ours, our_losses), (theirs, their_losses) = runs
@@ -114,7 +114,7 @@ def test_an_update_reads_normaliser_statistics_loaded_without_telling_the_engine
         runner = _rollout_runner(obs_normalization=True)
         alg = runner.alg
         if not fast:
-            alg.fast = None
+            alg.engine = None
         for model in (alg.actor, alg.critic):
             state = model.obs_normalizer.state_dict()
             model.obs_normalizer.load_state_dict(
@@ -131,7 +131,7 @@ def test_an_update_reads_normaliser_statistics_loaded_without_telling_the_engine
 
 def test_networks_it_cannot_write_out_run_the_reference():
     runner = _rollout_runner(activation="selu")  # an activation it does not derive
-    assert runner.alg.fast is None
+    assert runner.alg.engine is None
     losses = runner.alg.update()
     assert all(torch.isfinite(torch.tensor(v)) for v in losses.values())
 
@@ -145,13 +145,13 @@ def test_a_variant_that_changes_the_loss_runs_the_reference():
             self.flat_grad.mul_(2.0)
             return terms, kl
 
+    from mjfleet.launch.worker import WorkerContext
+    from mjfleet.rl.build import build_ppo
+
     spec, env_cfg, agent = cartpole_configs()
-    cfg = agent.to_rsl_rl()
-    cfg["algorithm"]["class_name"] = DoubledLoss
-    cfg["multi_gpu"] = None
     env = spec.make_env(env_cfg)
-    alg = DoubledLoss.construct_algorithm(env.get_observations(), env, cfg, "cpu")
-    assert type(alg) is DoubledLoss and alg.fast is None
+    alg = build_ppo(env.get_observations(), env, agent, WorkerContext.single("cpu"), DoubledLoss)
+    assert type(alg) is DoubledLoss and alg.engine is None
 
 
 def test_a_failure_at_the_first_minibatch_falls_back_to_the_reference(caplog):
@@ -171,11 +171,11 @@ def test_a_failure_at_the_first_minibatch_falls_back_to_the_reference(caplog):
         runner = _rollout_runner()
         alg = runner.alg
         if break_it:
-            alg.fast.gradients = Broken()
+            alg.engine.gradients = Broken()
         else:
-            alg.fast = None
+            alg.engine = None
         torch.manual_seed(5)
-        runs.append((alg.update(), [p.detach().clone() for p in alg.trained], alg.fast))
+        runs.append((alg.update(), [p.detach().clone() for p in alg.trained], alg.engine))
     (broken_losses, broken_params, engine), (losses, params, _) = runs
     assert engine is None
     assert sum("fast PPO update turned off" in r.getMessage() for r in caplog.records) == 1

@@ -111,7 +111,7 @@ def test_tensorboard_train_mean_reward_is_the_mean_of_the_last_100_episodes_of_a
         return obs, rewards, dones, extras
 
     env.step = observed_step
-    runner.on_iteration = lambda record: expected.append(
+    runner.hooks.on_iteration = lambda record: expected.append(
         (record["iteration"], sum(returns) / len(returns), sum(lengths) / len(lengths), len(returns))
     )
     runner.learn(6)

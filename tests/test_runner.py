@@ -27,7 +27,7 @@ def _collect(runner, returns: bool = True):
     alg = runner.alg
     obs = runner.env.get_observations()
     with torch.inference_mode():
-        for _ in range(runner.cfg["num_steps_per_env"]):
+        for _ in range(runner.agent_cfg.num_steps_per_env):
             obs, rewards, dones, extras = runner.env.step(alg.act(obs))
             alg.process_env_step(obs, rewards, dones, extras)
         if returns:
@@ -62,7 +62,7 @@ def test_checkpoints_are_saved_at_the_interval_and_at_the_end(trained):
 
 def test_checkpoint_holds_plain_state_dicts_and_the_agent_config(trained):
     runner, run_dir, _ = trained
-    state = torch.load(run_dir.checkpoint(3), map_location="cpu", weights_only=False)
+    state = torch.load(run_dir.checkpoint(3), map_location="cpu", weights_only=True)
     assert state["iter"] == 3 and state["env_steps"] == 3 * 8 * 32
     assert all(not k.startswith("module.") for k in state["actor_state_dict"])
     assert state["agent_cfg"]["actor"]["hidden_dims"] == [64, 64]
@@ -75,7 +75,7 @@ def test_loading_a_checkpoint_restores_policy_and_iteration(trained, tmp_path):
     fresh, _ = _runner(tmp_path)
     fresh.load(run_dir.checkpoint(3))
     assert fresh.current_learning_iteration == 3
-    state = torch.load(run_dir.checkpoint(3), map_location="cpu", weights_only=False)
+    state = torch.load(run_dir.checkpoint(3), map_location="cpu", weights_only=True)
     for key, value in fresh.alg.get_policy().state_dict().items():
         assert torch.equal(state["actor_state_dict"][key], value)
 
@@ -92,9 +92,9 @@ def test_fleet_ppo_update_equals_rsl_rl_ppo_update_on_the_same_rollout(tmp_path,
 
     runner, _ = _runner(tmp_path)
     alg = runner.alg
-    assert isinstance(alg, FleetPPO) and alg.fast is not None  # the fast engine is the default for MLPs
+    assert isinstance(alg, FleetPPO) and alg.engine is not None  # the fast engine is the default for MLPs
     if not fast:
-        alg.fast = None
+        alg.engine = None
     before = copy.deepcopy(alg.get_policy().state_dict())
     _collect(runner)
     reference = copy.deepcopy(alg)
@@ -169,16 +169,19 @@ def test_accumulating_the_minibatches_of_an_epoch_equals_one_full_batch_step():
 
 
 def test_grad_sync_period_outside_one_to_the_minibatch_count_is_refused():
+    from mjfleet.errors import UsageError
+
     spec, env_cfg, agent = cartpole_configs()
     env = spec.make_env(env_cfg)
     for period in (0, agent.algorithm.num_mini_batches + 1):
         agent.algorithm.grad_sync_period = period
-        with pytest.raises(ValueError, match="grad_sync_period"):
+        with pytest.raises(UsageError, match="grad-sync-period"):
             FleetRunner(env, agent, None, "cpu")
 
 
 def test_periodic_evaluation_logs_eval_rows_keeps_the_best_and_changes_nothing_in_training(tmp_path):
     from mjfleet.evaluation import evaluate
+    from mjfleet.train.checkpoint import PeriodicEvaluation
 
     runs = []
     for with_eval in (True, False):
@@ -187,8 +190,8 @@ def test_periodic_evaluation_logs_eval_rows_keeps_the_best_and_changes_nothing_i
             with torch.random.fork_rng():
                 spec, eval_cfg, _ = cartpole_configs(4, 8, episode_length_s=0.2)
                 eval_env = spec.make_env(eval_cfg)
-            runner.evaluator = lambda policy, env=eval_env: evaluate(env, policy, 4)
-            runner.eval_interval = 2
+            evaluator = lambda policy, env=eval_env: evaluate(env, policy, 4)  # noqa: E731
+            runner.hooks.evaluate = PeriodicEvaluation(evaluator, 2, run_dir)
         runner.learn(4)
         runner.close()
         runs.append((runner, run_dir))
@@ -196,8 +199,50 @@ def test_periodic_evaluation_logs_eval_rows_keeps_the_best_and_changes_nothing_i
     rows = [json.loads(line) for line in run_dir.metrics_file.read_text().splitlines()]
     assert ["Eval/mean_return" in r for r in rows] == [False, True, False, True]
     assert all(0 < rows[i]["Eval/mean_episode_length"] <= 10 for i in (1, 3))
-    best = torch.load(run_dir.path / "model_best.pt", map_location="cpu", weights_only=False)
+    best = torch.load(run_dir.path / "model_best.pt", map_location="cpu", weights_only=True)
     assert best["infos"]["eval"]["mean_return"] == max(rows[i]["Eval/mean_return"] for i in (1, 3))
     assert [it for it, _ in run_dir.checkpoints()] == [4]  # model_best.pt is outside the numbered checkpoints
     for a, b in zip(evaluated.alg.trained, plain.alg.trained, strict=True):
         assert torch.equal(a, b)
+
+
+def test_a_one_worker_runner_reads_no_rank_variables(monkeypatch, tmp_path):
+    """An explicit one-worker context: RANK/WORLD_SIZE left over from an outer launcher change nothing (a runner
+    that read them would wait for 8 ranks that never come)."""
+    from mjfleet.launch.worker import WorkerContext
+
+    monkeypatch.setenv("RANK", "3")
+    monkeypatch.setenv("WORLD_SIZE", "8")
+    monkeypatch.setenv("LOCAL_RANK", "3")
+    spec, env_cfg, agent = cartpole_configs(16, 4, episode_length_s=0.2)
+    runner = FleetRunner(
+        spec.make_env(env_cfg), agent, context=WorkerContext.single("cpu"), log_format="compact"
+    )
+    assert runner.ctx.world_size == 1 and runner.alg.reducer is None
+    assert runner.describe() == "update: fast engine; one worker, nothing averaged"
+    before = [p.detach().clone() for p in runner.alg.trained]
+    runner.learn(1)
+    assert runner.current_learning_iteration == 1
+    assert any(not torch.equal(a, p) for a, p in zip(before, runner.alg.trained, strict=True))
+
+
+def test_a_checkpoint_loads_with_weights_only(trained):
+    """Checkpoints are plain data: torch's safe loader (no unpickling of arbitrary objects) reads every field."""
+    _, run_dir, _ = trained
+    state = torch.load(run_dir.checkpoint(3), map_location="cpu", weights_only=True)
+    assert {
+        "actor_state_dict",
+        "critic_state_dict",
+        "optimizer_state_dict",
+        "rng_states",
+        "infos",
+    } <= state.keys()
+    assert isinstance(state["rng_states"][0]["torch"], torch.Tensor)
+
+
+def test_per_minibatch_advantage_normalisation_is_a_setting_that_reaches_both_update_paths():
+    spec, env_cfg, agent = cartpole_configs(16, 4, episode_length_s=0.2)
+    agent.algorithm.normalize_advantage_per_mini_batch = True
+    runner = FleetRunner(spec.make_env(env_cfg), agent, None, "cpu", log_format="compact")
+    assert runner.alg.normalize_advantage_per_mini_batch and runner.alg.engine is not None
+    runner.learn(1)

@@ -35,3 +35,17 @@ def test_a_rank_that_exits_is_reported_long_before_the_timeout(tmp_path):
     summed, message = out.read_text().split("|")
     assert summed == str([2.0] * 8)  # the first round summed both ranks
     assert message == "rank(s) [0] exited before shared-memory reduction 2"
+
+
+def test_the_mapping_file_is_created_for_this_user_only_and_never_reused(tmp_path):
+    """O_CREAT | O_EXCL with mode 0600: nobody else may read the gradients, and a file someone placed at the name
+    beforehand is refused rather than shared."""
+    import stat
+
+    from mjfleet.rl.reduce import create_mapping_file
+
+    path = tmp_path / "mjfleet-reduce-test"
+    create_mapping_file(path, 4096)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600 and path.stat().st_size == 4096
+    with pytest.raises(FileExistsError):
+        create_mapping_file(path, 4096)

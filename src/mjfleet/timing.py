@@ -1,4 +1,4 @@
-"""A stopwatch that the object doing the work owns, so that benchmarks read times instead of patching code."""
+"""A stopwatch for `bench`: it times the calls its `Timed` stand-ins pass on (the simulation step, the reducer)."""
 
 from __future__ import annotations
 

@@ -72,13 +72,12 @@ def bench_worker(job: BenchJob) -> dict[str, Any] | None:
     }
     import warp as wp
 
-    from mjfleet.cli.common import quiet_warp
-    from mjfleet.launch.worker import WorkerContext, seed_for, setup_worker
+    from mjfleet.launch.worker import seed_for, start_worker
     from mjfleet.tasks import get_task
+    from mjfleet.warp_log import quiet_warp
 
     quiet_warp()
-    ctx = WorkerContext.from_env(job.plan)
-    setup_worker(ctx, job.plan)
+    ctx = start_worker(job.plan)
     startup["rank"] = ctx.rank
     device = torch.device(ctx.device)
     spec = get_task(job.task)
@@ -99,7 +98,7 @@ def bench_worker(job: BenchJob) -> dict[str, Any] | None:
                 torch.cuda.reset_peak_memory_stats(device)
             t_build = time.perf_counter()
             env = spec.make_env(cfg, ctx.device)
-            runner = _make_runner(env, agent, ctx.device, job.plan.update_threads)
+            runner = _make_runner(env, agent, ctx, job.plan.update_threads)
             build_s = time.perf_counter() - t_build
             actions = torch.zeros(env.num_envs, env.num_actions, device=device)
             env.step(actions)  # the first env step: start-up ends here
@@ -128,7 +127,7 @@ def bench_worker(job: BenchJob) -> dict[str, Any] | None:
                 torch.cuda.empty_cache()
 
     result = {"startup": startup, "points": points, "device": ctx.device, "rank": ctx.rank}
-    gathered = _gather(result, ctx.world_size)
+    gathered = _gather(result, ctx)
     if not ctx.is_main:
         return None
     return {
@@ -146,7 +145,7 @@ def _measure_point(job: BenchJob, ctx, env, runner, device: torch.device) -> dic
     point: dict[str, Any] = {
         "decimation": int(env.sim.substeps),
         "steps_per_block": job.steps,
-        "steps_per_iteration": runner.cfg["num_steps_per_env"] * env.num_envs,
+        "steps_per_iteration": runner.agent_cfg.num_steps_per_env * env.num_envs,
         "gradient_reducer": runner.reducer_name,
     }
     n, dev = env.num_envs, device
@@ -208,14 +207,15 @@ def _timed_physics(
     driven, reset and pushed needs more solver iterations per step than the same worlds replayed alone from one
     state with fixed controls, which settle and get cheap (measured on the flat quadruped at 256 worlds on CPU:
     2.8 vs 1.0 solver iterations, 3.2k vs 4.7k env-steps/s). The env step runs op by op (also where `step()`
-    replays a CUDA graph, inside which the physics cannot be timed apart), and the simulation's stopwatch
-    synchronises the device around every `sim.step()`, so its time is its own. The share (physics time / block
-    time) is 1 - the env's overhead.
+    replays a CUDA graph, inside which the physics cannot be timed apart), and a `Timed` simulation synchronises
+    the device around every `sim.step()`, so its time is its own. The share (physics time / block time) is
+    1 - the env's overhead.
     """
     sim = env.sim
     actions = torch.empty(env.num_envs, env.num_actions, device=device)
     times, cpu_times, shares = [], [], []
-    sim.stopwatch = stopwatch = Stopwatch(device)
+    stopwatch = Stopwatch(device)
+    env.sim = Timed(sim, "step", stopwatch)
     try:
         for _ in range(job.repeats):
             _barrier(device, world_size)
@@ -229,7 +229,7 @@ def _timed_physics(
             cpu_times.append(stopwatch.cpu_seconds)
             shares.append(stopwatch.seconds / (time.perf_counter() - start))
     finally:
-        sim.stopwatch = None
+        env.sim = sim
     return times, cpu_times, sum(shares) / len(shares)
 
 
@@ -261,8 +261,9 @@ def _timed_training(job: BenchJob, runner, device: torch.device) -> list[dict[st
     # measurement, every update until it has tried both counts (as `train` does in its first iterations).
     warmup = max(1, runner.update_threads.opening_updates)
     reducer = runner.alg.reducer
+    stopwatch = Stopwatch(device)
     if reducer is not None:
-        reducer.stopwatch = Stopwatch(device)
+        runner.alg.reducer = Timed(reducer, "average", stopwatch)
     iterations: list[dict[str, float]] = []
     marks = {"wall": time.perf_counter(), "cpu": time.process_time()}
 
@@ -276,35 +277,54 @@ def _timed_training(job: BenchJob, runner, device: torch.device) -> list[dict[st
                 "cpu_s": cpu - marks["cpu"],
                 "collect_s": float(rec["collect_time"]),
                 "update_s": float(rec["learn_time"]),
-                "grad_allreduce_s": reducer.stopwatch.seconds if reducer is not None else 0.0,
+                "grad_allreduce_s": stopwatch.seconds if reducer is not None else 0.0,
                 # torch threads of this iteration's update (on CPU chosen by measurement; see UpdateThreads)
                 "update_threads": int(rec.get("Perf/update_threads", torch.get_num_threads())),
             }
         )
-        if reducer is not None:
-            reducer.stopwatch.reset()
+        stopwatch.reset()
         marks["wall"], marks["cpu"] = wall, cpu
 
     runner.alg.storage.clear()
-    runner.on_iteration = record
+    runner.hooks.on_iteration = record
     try:
         with contextlib.redirect_stdout(io.StringIO()):  # the runner's per-iteration lines
             runner.learn(warmup + job.iterations, init_at_random_ep_len=job.agent.init_at_random_ep_len)
     finally:
-        runner.on_iteration = None
+        runner.hooks.on_iteration = None
         if reducer is not None:
-            reducer.stopwatch = None
+            runner.alg.reducer = reducer
     return iterations[warmup:]
 
 
+class Timed:
+    """`target` with every call of its method `method` timed by `stopwatch`; everything else is `target`'s. Bench
+    puts it in place of the simulation (its `step`) and of the gradient reducer (its `average`, the wait for the
+    slowest worker included) while it measures, so the measured classes carry no timers of their own."""
+
+    def __init__(self, target: Any, method: str, stopwatch: Stopwatch) -> None:
+        self._target, self._method, self._stopwatch = target, method, stopwatch
+        timed = getattr(target, method)
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            with stopwatch:
+                return timed(*args, **kwargs)
+
+        self._call = call
+
+    def __getattr__(self, name: str) -> Any:
+        if name == self._method:
+            return self._call
+        return getattr(self._target, name)
+
+
 # ------------------------------------------------------------------------------------------- helpers
-def _make_runner(env, agent: AgentConfig, device: str, update_threads: int):
+def _make_runner(env, agent: AgentConfig, ctx, update_threads: int):
     from mjfleet.rl import FleetRunner
 
     agent.logger = "none"
     agent.consistency_check_interval = 0
-    with contextlib.redirect_stdout(io.StringIO()):  # rsl_rl prints the models
-        return FleetRunner(env, agent, None, device, log_format="compact", update_threads=update_threads)
+    return FleetRunner(env, agent, context=ctx, log_format="compact", update_threads=update_threads)
 
 
 def _sync(device: torch.device) -> None:
@@ -323,12 +343,13 @@ def _barrier(device: torch.device, world_size: int) -> None:
         _sync(device)
 
 
-def _gather(result: dict[str, Any], world_size: int) -> list[dict[str, Any]]:
-    if world_size == 1:
+def _gather(result: dict[str, Any], ctx) -> list[dict[str, Any]]:
+    """Every worker's measurements (as JSON: nothing a peer sends is unpickled), in rank order."""
+    if ctx.world_size == 1:
         return [result]
-    gathered: list[Any] = [None] * world_size
-    dist.all_gather_object(gathered, result)
-    return sorted(gathered, key=lambda r: r["rank"])
+    from mjfleet.rl.reduce import gather_json
+
+    return sorted(gather_json(result, ctx.world_size, ctx.group), key=lambda r: r["rank"])
 
 
 def _warp_mempool_high(device: str) -> int | None:

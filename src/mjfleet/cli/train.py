@@ -1,10 +1,13 @@
-"""`uv run train <Task> [flags]`: train a task with PPO, in one process or on several workers."""
+"""`uv run train <Task> [flags]`: the flags, and how a training run ended (done, interrupted, resume with).
+
+What runs is `mjfleet.train`: the job resolved from these flags (`train.job`), the workers that train it
+(`train.worker`, started by `mjfleet.launch.launcher.run_workers`), or this process as one worker of torchrun or
+srun (`train.external`).
+"""
 
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
-import pathlib
 import shlex
 import signal
 import sys
@@ -14,19 +17,14 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from mjfleet.cli.common import parse_task_command, quiet_warp, user_errors, worker_plan
-from mjfleet.envs import EnvConfig
-from mjfleet.errors import UsageError, first_line
-from mjfleet.launch.devices import WorkerPlan, external_plan, launched_externally, parse_gpu_ids
-from mjfleet.launch.launcher import Interrupted, run_workers
-from mjfleet.rl import AgentConfig
-from mjfleet.runs import Retention, RunDir
-from mjfleet.runs.checkpoints import (
-    checkpoint_iteration,
-    find_checkpoint,
-    find_wandb_checkpoint,
-    read_checkpoint,
-)
+from mjfleet.launch.devices import launched_externally
+from mjfleet.launch.launcher import run_workers
+from mjfleet.runs import RunDir
+from mjfleet.runs.checkpoints import checkpoint_iteration
 from mjfleet.runs.video import choose_gl_backend, video_requested
+from mjfleet.train.job import TrainJob, reserve_run_dir
+from mjfleet.train.job import resolve as resolve_job
+from mjfleet.train.worker import train_worker
 
 PROG = "train"
 USAGE = """usage: train <Task> [flags]
@@ -125,303 +123,16 @@ class TrainFlags:
     --checkpoint N picks model_N.pt."""
 
 
-@dataclass(frozen=True)
-class TrainJob:
-    """Everything a worker needs, resolved once in the launching process."""
-
-    task: str
-    env: EnvConfig
-    agent: AgentConfig
-    plan: WorkerPlan
-    run_dir: RunDir
-    log_format: str = "block"
-    resume_from: str | None = None
-    """Checkpoint every worker loads before training (resolved in the parent, before run_dir exists)."""
-    retention: Retention = dataclasses.field(default_factory=Retention)
-    export_on_save: bool = False
-    wandb_upload_checkpoints: bool = False
-    command: tuple[str, ...] = ()
-    """The command line as typed (without the program name), for params/run.yaml and the resume hint."""
-    eval_interval: int = 0
-    eval_episodes: int = 16
-    video: tuple[int, int, int, int] | None = None
-    """--video: (interval, length, width, height); None: no video."""
-
-
 def parse_args(argv: list[str]) -> tuple[str, Any]:
     """(task name, parsed flags) from the command line."""
     return parse_task_command(argv, PROG, USAGE, TrainFlags, device_defaults=True)
 
 
-def resolve(task_name: str, flags: Any, plan: WorkerPlan | None = None) -> TrainJob:
-    """Apply device defaults, check values, pick the run directory (on `plan`, default: the one the flags ask for)."""
+def resolve(task_name: str, flags: Any) -> TrainJob:
+    """The job these flags ask for, on the workers they ask for (`mjfleet.train.job.resolve`)."""
     from mjfleet.tasks import get_task
 
-    spec = get_task(task_name)
-    plan = worker_plan(flags, spec.cpu_workers) if plan is None else plan
-    env, agent = flags.env, flags.agent  # the short aliases are applied already (mjfleet.cli.aliases)
-    if "/" in agent.run_name or "\\" in agent.run_name or agent.run_name in (".", ".."):
-        raise UsageError(f"--run-name {agent.run_name!r}: a run name is part of one directory name (no '/')")
-    if env.num_envs is None:
-        env.num_envs = spec.default_num_envs(plan.devices[0])
-    if env.num_envs < 1:
-        raise UsageError(f"--num-envs must be >= 1, got {env.num_envs}")
-    if flags.max_env_steps is not None:
-        per_iteration = env.num_envs * agent.num_steps_per_env * plan.world_size
-        if flags.max_env_steps < 1:
-            raise UsageError(f"--max-env-steps must be >= 1, got {flags.max_env_steps}")
-        agent.max_iterations = -(-flags.max_env_steps // per_iteration)
-        print(
-            f"--max-env-steps {flags.max_env_steps:,}: {agent.max_iterations} iterations of {per_iteration:,} "
-            f"env steps ({plan.world_size} worker{'s' if plan.world_size > 1 else ''} x {env.num_envs} envs x "
-            f"{agent.num_steps_per_env} steps)"
-        )
-    if agent.max_iterations < 1:
-        raise UsageError(f"--max-iterations must be >= 1, got {agent.max_iterations}")
-    if flags.eval_interval < 0 or flags.eval_episodes < 1:
-        raise UsageError(
-            f"--eval-interval must be >= 0 and --eval-episodes >= 1, got {flags.eval_interval} and "
-            f"{flags.eval_episodes}"
-        )
-    if env.decimation < 1:
-        raise UsageError(f"--env.decimation must be >= 1, got {env.decimation}")
-    video = _video_settings(flags)
-    if agent.save_interval < 1:
-        raise UsageError(f"--agent.save-interval must be >= 1, got {agent.save_interval}")
-    batch = env.num_envs * agent.num_steps_per_env
-    if agent.algorithm.num_mini_batches < 1 or batch < agent.algorithm.num_mini_batches:
-        raise UsageError(
-            f"--agent.algorithm.num-mini-batches must be in [1, num_envs x num_steps_per_env = {batch}]"
-        )
-    if not 1 <= agent.algorithm.grad_sync_period <= agent.algorithm.num_mini_batches:
-        raise UsageError(
-            f"--agent.algorithm.grad-sync-period must be in [1, num-mini-batches = "
-            f"{agent.algorithm.num_mini_batches}], got {agent.algorithm.grad_sync_period}"
-        )
-    retention = Retention(flags.keep_last, flags.keep_every)
-    if agent.logger == "wandb" and importlib.util.find_spec("wandb") is None:
-        raise UsageError("--logger wandb needs the optional wandb package: `uv sync --extra wandb`")
-    if flags.wandb_upload_checkpoints and agent.logger != "wandb":
-        raise UsageError("--wandb-upload-checkpoints needs --logger wandb")
-    # Before the new run directory exists, so that --resume can never pick the (empty) run it is about to start.
-    resume_from = None
-    path = _resume_checkpoint(flags, agent)
-    if path is not None:
-        state = read_checkpoint(path)
-        start = int(state["iter"])
-        if start >= agent.max_iterations:
-            raise UsageError(
-                f"{path} is already at iteration {start}: pass --max-iterations above {start} (it counts from 0)"
-            )
-        trained_on = (state.get("infos") or {}).get("task")
-        if trained_on and trained_on != spec.name:
-            print(f"note: {path.name} was trained on {trained_on}; continuing it on {spec.name}")
-        _adopt_network_shapes(agent, state, path)
-        print(f"resuming from {path} (iteration {start}; training up to iteration {agent.max_iterations})")
-        resume_from = str(path)
-    run_dir = RunDir.new(agent.experiment_name, agent.run_name, root=flags.logs_root)
-    return TrainJob(
-        spec.name,
-        env,
-        agent,
-        plan,
-        run_dir,
-        flags.log_format,
-        resume_from=resume_from,
-        retention=retention,
-        export_on_save=flags.export_on_save,
-        wandb_upload_checkpoints=flags.wandb_upload_checkpoints,
-        eval_interval=flags.eval_interval,
-        eval_episodes=flags.eval_episodes,
-        video=video,
-    )
-
-
-def _adopt_network_shapes(agent: AgentConfig, state: dict[str, Any], path: pathlib.Path) -> None:
-    """Resume with the checkpoint's hidden layers: e.g. a run trained on a GPU (the task's GPU networks) continued
-    on a laptop (its CPU defaults may be smaller) must rebuild the networks it loads."""
-    saved = state.get("rsl_rl_cfg") or {}
-    for name, policy in (("actor", agent.actor), ("critic", agent.critic)):
-        dims = (saved.get(name) or {}).get("hidden_dims")
-        if dims is not None and tuple(dims) != tuple(policy.hidden_dims):
-            print(
-                f"note: {path.name} has {name} layers {tuple(dims)}; resuming with those, not {policy.hidden_dims}"
-            )
-            policy.hidden_dims = tuple(int(d) for d in dims)
-
-
-def _resume_checkpoint(flags: Any, agent: AgentConfig) -> pathlib.Path | None:
-    """The checkpoint --resume, --load-run, --checkpoint or --wandb-run-path choose; None: a fresh run."""
-    if flags.wandb_run_path is not None:
-        if flags.load_run is not None:
-            raise UsageError("--wandb-run-path and --load-run both choose the run: pass one of them")
-        return find_wandb_checkpoint(flags.wandb_run_path, flags.logs_root, flags.checkpoint)
-    if flags.resume or flags.load_run is not None or flags.checkpoint is not None:
-        experiment = pathlib.Path(flags.logs_root) / agent.experiment_name
-        return find_checkpoint(experiment, flags.load_run, flags.checkpoint)
-    return None
-
-
-def _video_settings(flags: Any) -> tuple[int, int, int, int] | None:
-    """--video's (interval, length, width, height), checked; None without --video."""
-    if flags.video_interval < 1 or flags.video_length < 1:
-        raise UsageError(
-            f"--video-interval and --video-length must be >= 1, got {flags.video_interval} and "
-            f"{flags.video_length}"
-        )
-    w, h = flags.video_width, flags.video_height
-    if w < 2 or h < 2 or w % 2 or h % 2:
-        raise UsageError(f"--video-width/--video-height must be even numbers >= 2 (H.264), got {w}x{h}")
-    if not flags.video:
-        return None
-    return (flags.video_interval, flags.video_length, w, h)
-
-
-def train_worker(job: TrainJob) -> dict[str, Any]:
-    """Runs in every worker: build the simulation on this worker's device, train, return rank 0's summary.
-
-    SIGINT/SIGTERM make every rank finish its iteration; rank 0 saves, and each worker raises
-    :class:`Interrupted` (in a torchrunx worker that ends the process at once, with status 128 + the signal).
-    """
-    import torch
-    import warp as wp
-
-    from mjfleet.launch.worker import WorkerContext, seed_for, setup_worker
-    from mjfleet.rl import FleetRunner
-    from mjfleet.rl.stop import StopRequest
-    from mjfleet.tasks import get_task
-
-    quiet_warp()
-    ctx = WorkerContext.from_env(job.plan)
-    setup_worker(ctx, job.plan)
-    seed = seed_for(job.agent.seed, ctx)
-    torch.manual_seed(seed)
-    spec = get_task(job.task)
-    num_envs = job.env.num_envs
-    assert num_envs is not None  # resolve() filled in the device default
-    if ctx.is_main:
-        print(
-            f"{job.task}: {ctx.world_size} worker{'s' if ctx.world_size > 1 else ''} x {num_envs} envs = "
-            f"{ctx.world_size * num_envs} envs on {job.plan.describe()}; run dir {job.run_dir.path}",
-            flush=True,
-        )
-    # From here on a signal asks for a clean stop after the current iteration (one iteration at least runs).
-    stop = StopRequest(abort_on_repeat=job.plan.in_process, announce=ctx.is_main)
-    with stop, wp.ScopedDevice(ctx.device):
-        env = spec.make_env(job.env, ctx.device)
-        evaluator = None
-        if ctx.is_main and job.eval_interval > 0:
-            evaluator = _evaluator(spec, job, ctx.device)
-        video = None
-        if ctx.is_main and job.video is not None:
-            from mjfleet.runs.video import TrainingVideo
-
-            interval, length, width, height = job.video
-            video = TrainingVideo(env, job.run_dir.path / "videos", interval, length, width, height)
-        runner = FleetRunner(
-            env,
-            job.agent,
-            job.run_dir if ctx.is_main else None,
-            ctx.device,
-            extra_checkpoint_info={"task": job.task, "env_cfg": dataclasses.asdict(job.env)},
-            log_format=job.log_format,
-            retention=job.retention,
-            stop=stop,
-            export_on_save=job.export_on_save,
-            upload_checkpoints=job.wandb_upload_checkpoints,
-            update_threads=job.plan.update_threads,
-            evaluator=evaluator,
-            eval_interval=job.eval_interval,
-            video=video,
-        )
-        if job.resume_from is not None:
-            try:
-                runner.load(job.resume_from, map_location=ctx.device)
-            except (RuntimeError, KeyError, ValueError) as exc:
-                first = first_line(exc)
-                raise UsageError(
-                    f"checkpoint {job.resume_from} does not fit this task's policy: {first}"
-                ) from None
-        start_iteration, start_env_steps = runner.current_learning_iteration, runner.env_steps
-        if ctx.is_main and runner.reducer_name is not None:
-            print(f"gradients averaged after every minibatch by {runner.reducer_name}", flush=True)
-        if ctx.is_main:
-            job.run_dir.create()
-            _write_provenance(job.run_dir)
-            job.run_dir.write_params(
-                env=job.env,
-                agent=job.agent,
-                run={
-                    "task": job.task,
-                    "world_size": ctx.world_size,
-                    "devices": list(job.plan.devices),
-                    "hosts": list(job.plan.hosts),
-                    "gradient_reducer": runner.reducer_name,
-                    "seed": job.agent.seed,
-                    "resumed_from": job.resume_from,
-                    "start_iteration": start_iteration,
-                    "keep_last": job.retention.keep_last,
-                    "keep_every": job.retention.keep_every,
-                    "command": list(job.command) if job.command else sys.argv,
-                },
-            )
-        start = time.perf_counter()
-        try:
-            record = runner.learn(
-                job.agent.max_iterations - start_iteration,
-                init_at_random_ep_len=job.agent.init_at_random_ep_len,
-            )
-        finally:
-            runner.close()
-        if ctx.is_main:
-            _plot(job.run_dir)
-    if runner.interrupted is not None:
-        raise Interrupted(runner.interrupted)
-    return {
-        "iterations": runner.current_learning_iteration,
-        "start_iteration": start_iteration,  # > 0 when resumed: the counts below include the checkpoint's
-        "env_steps": runner.env_steps,
-        "start_env_steps": start_env_steps,
-        "train_time_s": time.perf_counter() - start,
-        "mean_return": record.get("mean_return"),
-        "mean_episode_length": record.get("mean_episode_length"),
-        "run_dir": str(job.run_dir.path),
-    }
-
-
-def _write_provenance(run_dir: RunDir) -> None:
-    """params/versions.yaml, and inside a git repository params/git.yaml (commit, dirty) and params/git.diff."""
-    from mjfleet.runs.provenance import git_state, versions
-
-    state = git_state()
-    if state is not None:
-        run_dir.write_params(git=state[0])
-        if state[0]["dirty"]:
-            (run_dir.path / "params" / "git.diff").write_text(state[1])
-    run_dir.write_params(versions=versions())
-
-
-def _evaluator(spec, job: TrainJob, device: str):
-    """Rank 0's periodic evaluation: `evaluate` on environments of its own, built once (outside training's random
-    stream, so that evaluating changes nothing in training)."""
-    import torch
-
-    from mjfleet.evaluation import evaluate
-
-    cfg = dataclasses.replace(job.env, num_envs=min(job.eval_episodes, 64))
-    with torch.random.fork_rng(devices=[torch.device(device)] if device.startswith("cuda") else []):
-        env = spec.make_env(cfg, device)
-    return lambda policy: evaluate(env, policy, job.eval_episodes)
-
-
-def _plot(run_dir: RunDir) -> None:
-    """reward_curve.png at the end of training; a plotting problem must never fail the run."""
-    from mjfleet.runs.plots import plot_reward_curve
-
-    try:
-        plot_reward_curve([run_dir.path], run_dir.reward_curve)
-    except Exception as exc:  # noqa: BLE001
-        print(f"warning: could not plot {run_dir.reward_curve}: {exc}", file=sys.stderr)
+    return resolve_job(task_name, flags, worker_plan(flags, get_task(task_name).cpu_workers))
 
 
 def resume_command(argv: list[str], run_dir: RunDir) -> str:
@@ -478,9 +189,13 @@ def main(argv: list[str] | None = None) -> None:
     quiet_warp()
     task_name, flags = parse_args(argv)
     if launched_externally():
-        _train_as_one_of_the_launchers_workers(task_name, flags, argv)
+        from mjfleet.train.external import train_under_external_launcher
+
+        train_under_external_launcher(
+            task_name, flags, argv, lambda job, run, is_main: _run_and_report(job, argv, run, is_main)
+        )
         return
-    job = _reserve_run_dir(dataclasses.replace(resolve(task_name, flags), command=tuple(argv)))
+    job = reserve_run_dir(dataclasses.replace(resolve(task_name, flags), command=tuple(argv)))
     _run_and_report(
         job,
         argv,
@@ -492,53 +207,6 @@ def main(argv: list[str] | None = None) -> None:
             default_log_dir=job.run_dir.path / "torchrunx",
         ),
     )
-
-
-def _reserve_run_dir(job: TrainJob) -> TrainJob:
-    try:  # here, once: two runs started in the same second get two directories
-        return dataclasses.replace(job, run_dir=job.run_dir.reserve())
-    except OSError as exc:
-        raise UsageError(
-            f"cannot create the run directory {job.run_dir.path}: {exc.strerror or exc}"
-        ) from None
-
-
-def _train_as_one_of_the_launchers_workers(task_name: str, flags: Any, argv: list[str]) -> None:
-    """`torchrun --nproc_per_node N $(which train) ...` (or srun with RANK, WORLD_SIZE, MASTER_ADDR exported): this
-    process is one worker of the launcher's process group. Rank 0 resolves the job and reserves the run directory,
-    and every rank trains that same job, so there is one run directory with one writer, as with `--cpu-workers`."""
-    import torch.distributed as dist
-
-    tokens = None if list(flags.gpu_ids) == ["auto"] else list(flags.gpu_ids)
-    if flags.workers_per_gpu != 1:
-        raise UsageError(
-            "--workers-per-gpu does not apply under a launcher such as torchrun: it placed the workers"
-        )
-    cpu_workers = 1 if flags.cpu_workers is None else flags.cpu_workers
-    plan = external_plan(parse_gpu_ids(tokens), cpu_workers, list(flags.hosts), flags.threads)
-    dist.init_process_group(plan.backend, init_method="env://")
-    try:
-        is_main = dist.get_rank() == 0
-        agreed: list[Any] = [None]
-        if is_main:
-            if plan.notice:
-                print(plan.notice)
-            try:
-                agreed[0] = _reserve_run_dir(
-                    dataclasses.replace(resolve(task_name, flags, plan), command=tuple(argv))
-                )
-            except UsageError as exc:  # every rank must leave the broadcast below
-                agreed[0] = exc
-        dist.broadcast_object_list(agreed, src=0)
-        if isinstance(agreed[0], UsageError):
-            if is_main:
-                raise agreed[0]
-            raise SystemExit(2)  # rank 0 says why
-        job: TrainJob = agreed[0]
-        _run_and_report(job, argv, lambda: train_worker(job), is_main=is_main)
-    finally:
-        if dist.is_initialized():
-            dist.destroy_process_group()
 
 
 def _run_and_report(

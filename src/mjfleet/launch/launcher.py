@@ -34,7 +34,6 @@ from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
-from mjfleet.environ import environ_set
 from mjfleet.errors import UsageError, first_line
 from mjfleet.launch.devices import WorkerPlan
 from mjfleet.launch.relay import SignalRelay
@@ -120,8 +119,8 @@ def worker_env(plan: WorkerPlan) -> dict[str, str]:
 
 
 def _run_in_process(fn: Callable[..., R], args: tuple, kwargs: dict) -> R:
-    with environ_set(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", LOCAL_WORLD_SIZE="1"):
-        return fn(*args, **kwargs)
+    # No RANK/WORLD_SIZE to set: WorkerContext.from_env knows an in-process plan is rank 0 of 1.
+    return fn(*args, **kwargs)
 
 
 # --- several workers: torchrunx -----------------------------------------------------------------------

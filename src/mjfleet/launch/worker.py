@@ -1,10 +1,13 @@
 """What runs inside each worker: who am I (rank, device), seeding, process group and device setup.
 
-A worker function started by :func:`mjfleet.launch.launcher.run_workers` typically begins with::
+This module is the one place that reads the launcher's RANK / LOCAL_RANK / WORLD_SIZE variables and the one place
+that creates the process group. A worker function started by :func:`mjfleet.launch.launcher.run_workers` begins
+with::
 
-    ctx = WorkerContext.from_env(plan)
-    setup_worker(ctx, plan)
+    ctx = start_worker(plan)                # WorkerContext: rank, device, backend, process group
     torch.manual_seed(seed_for(seed, ctx))
+
+and hands `ctx` to everything below it (`mjfleet.rl.FleetRunner` takes it as an argument).
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ import sys
 import time
 import traceback
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from logging.handlers import SocketHandler
 from typing import Any, NoReturn
 
@@ -38,13 +41,22 @@ PREFIXED_ATTR = "mjfleet_rank_prefixed"
 
 @dataclass(frozen=True)
 class WorkerContext:
-    """This process's place in the run: global rank, rank on its host, total workers, torch device."""
+    """This process's place in the run: global rank, rank on its host, total workers, torch device, and the
+    process group its collectives use (None for one worker)."""
 
     rank: int
     local_rank: int
     world_size: int
     device: str
     backend: str
+    group: Any = None
+    """The torch.distributed process group of the run's workers (`setup_worker` joins it); None: one worker."""
+
+    @classmethod
+    def single(cls, device: str = "cpu") -> WorkerContext:
+        """The context of a run with one worker, in this process: nothing to exchange with, no process group."""
+        backend = "nccl" if str(device).startswith("cuda") else "gloo"
+        return cls(0, 0, 1, str(device), backend)
 
     @property
     def is_main(self) -> bool:
@@ -57,7 +69,12 @@ class WorkerContext:
 
     @classmethod
     def from_env(cls, plan: WorkerPlan, environ: Mapping[str, str] | None = None) -> WorkerContext:
-        """Read RANK, LOCAL_RANK, WORLD_SIZE (defaults 0, 0, 1); the device is the plan's for this local rank."""
+        """Read RANK, LOCAL_RANK, WORLD_SIZE (defaults 0, 0, 1); the device is the plan's for this local rank.
+
+        A plan that runs its one worker in this process is rank 0 of 1 whatever the environment holds (variables
+        left over from an outer launcher must not leak into the run)."""
+        if plan.in_process:
+            return cls(0, 0, 1, plan.devices[0], plan.backend)
         env = os.environ if environ is None else environ
         rank = int(env.get("RANK", "0"))
         local_rank = int(env.get("LOCAL_RANK", "0"))
@@ -76,13 +93,21 @@ def seed_for(base_seed: int, ctx: WorkerContext) -> int:
     return base_seed + ctx.rank
 
 
-def setup_worker(ctx: WorkerContext, plan: WorkerPlan) -> None:
-    """Prepare this process for its share of the work; safe to call more than once.
+def start_worker(plan: WorkerPlan) -> WorkerContext:
+    """This worker's context, read from the launcher's environment, with the process set up and the process group
+    joined (`setup_worker`)."""
+    return setup_worker(WorkerContext.from_env(plan), plan)
+
+
+def setup_worker(ctx: WorkerContext, plan: WorkerPlan) -> WorkerContext:
+    """Prepare this process for its share of the work; safe to call more than once. Returns `ctx` with its
+    process group.
 
     ``torch.set_num_threads(plan.threads_per_worker)`` (CPU workers: 1 by default; GPU workers: the host's
     cores split among them). GPU: make the worker's GPU the current CUDA device and point MuJoCo's EGL renderer
-    at the same GPU. Several workers: make sure the
-    default process group exists (torchrunx normally created it already, with the plan's backend).
+    at the same GPU. Several workers: join the default process group (torchrunx normally created it already,
+    with the plan's backend; torchrun and srun leave that to the worker: mjfleet creates it here and nowhere
+    else).
     """
     # CPU: 1 per worker by default; GPU workers split the cores
     torch.set_num_threads(plan.threads_per_worker)
@@ -94,10 +119,13 @@ def setup_worker(ctx: WorkerContext, plan: WorkerPlan) -> None:
         egl = egl_device_id(physical, index_here, os.environ.get("CUDA_VISIBLE_DEVICES"))
         if egl is not None:
             os.environ["MUJOCO_EGL_DEVICE_ID"] = egl
-    if ctx.is_distributed and not dist.is_initialized():
+    if not ctx.is_distributed:
+        return ctx
+    if not dist.is_initialized():
         dist.init_process_group(
             backend=ctx.backend, init_method="env://", rank=ctx.rank, world_size=ctx.world_size
         )
+    return replace(ctx, group=dist.group.WORLD)
 
 
 def egl_device_id(physical: str, index_here: int, cuda_visible_devices: str | None) -> str | None:

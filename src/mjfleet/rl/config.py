@@ -1,10 +1,13 @@
-"""Typed PPO / runner settings that tyro turns into flags and `to_rsl_rl()` turns into rsl_rl's config dict."""
+"""Typed PPO / runner settings that tyro turns into flags; `check` validates them (the one place), and
+`to_rsl_rl()` writes them as rsl_rl's config dict (kept in checkpoints, which play and export rebuild from)."""
 
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
 from typing import Literal
+
+from mjfleet.errors import UsageError
 
 
 @dataclass
@@ -44,14 +47,18 @@ class PPOConfig:
     entropy_coef: float = 0.005
     max_grad_norm: float = 1.0
     use_clipped_value_loss: bool = True
+    normalize_advantage_per_mini_batch: bool = False
+    """Normalise advantages within each minibatch instead of once over the whole rollout (rsl_rl's option)."""
     gradient_reducer: Literal["auto", "all-reduce", "all-gather", "shared-memory", "none"] = "auto"
     """Several workers: how gradients are averaged after every minibatch (mjfleet.rl.reduce). auto: all-reduce on
     GPUs, shared memory between CPU workers of one host, else all-gather (gloo, <= 4 workers) or all-reduce.
-    none: no averaging, the workers train apart (experiments only)."""
+    none: no averaging, each worker trains its own policy from the same start (for experiments and tests that
+    show what averaging does; statistics and the stop signal are still shared)."""
     grad_sync_period: int = 1
     """Several workers: each accumulates this many minibatches' gradients (their mean), then one averaged
-    collective and one optimizer step (1: after every minibatch). At most num_mini_batches; an epoch's last
-    group may be shorter."""
+    collective and one optimizer step (1: after every minibatch). For slow links between hosts: K times fewer
+    collectives, at the cost of K times fewer optimizer steps per epoch. At most num_mini_batches; an epoch's
+    last group may be shorter."""
     fast_update: bool = True
     """MLP networks: compute rollout actions and each minibatch's loss and gradients layer by layer instead of
     through module calls and autograd (mjfleet.rl.fast: the same mathematics, about a fifth of the operations);
@@ -91,6 +98,30 @@ class AgentConfig:
     critic: PolicyConfig = field(default_factory=PolicyConfig)
     algorithm: PPOConfig = field(default_factory=PPOConfig)
 
+    def check(self, num_envs: int) -> None:
+        """UsageError (one line) for settings no run can use, `num_envs` environments per worker."""
+        if self.max_iterations < 1:
+            raise UsageError(f"--max-iterations must be >= 1, got {self.max_iterations}")
+        if self.save_interval < 1:
+            raise UsageError(f"--agent.save-interval must be >= 1, got {self.save_interval}")
+        if self.num_steps_per_env < 1:
+            raise UsageError(f"--agent.num-steps-per-env must be >= 1, got {self.num_steps_per_env}")
+        for name in ("experiment_name", "run_name"):
+            check_directory_name(
+                f"--agent.{name.replace('_', '-')}", getattr(self, name), empty_ok=name == "run_name"
+            )
+        ppo = self.algorithm
+        batch = num_envs * self.num_steps_per_env
+        if ppo.num_mini_batches < 1 or batch < ppo.num_mini_batches:
+            raise UsageError(
+                f"--agent.algorithm.num-mini-batches must be in [1, num_envs x num_steps_per_env = {batch}]"
+            )
+        if not 1 <= ppo.grad_sync_period <= ppo.num_mini_batches:
+            raise UsageError(
+                f"--agent.algorithm.grad-sync-period must be in [1, num-mini-batches = {ppo.num_mini_batches}], "
+                f"got {ppo.grad_sync_period}"
+            )
+
     def to_rsl_rl(self) -> dict:
         """The nested dict rsl_rl's OnPolicyRunner expects."""
         algorithm = dataclasses.asdict(self.algorithm)
@@ -120,3 +151,9 @@ class AgentConfig:
                 "obs_normalization": self.critic.obs_normalization,
             },
         }
+
+
+def check_directory_name(flag: str, name: str, empty_ok: bool = False) -> None:
+    """A name that becomes one directory of the run's path: no separators, not '.' or '..', not empty."""
+    if (not name and not empty_ok) or "/" in name or "\\" in name or name in (".", "..") or "\0" in name:
+        raise UsageError(f"{flag} {name!r}: it names one directory (no '/', '\\', '.' or '..')")

@@ -4,35 +4,62 @@ After every minibatch the gradients, and the minibatch's mean KL for the adaptiv
 across workers in one collective (`mjfleet.rl.reduce`): every gradient is a view of one flat buffer with one
 extra slot for the KL, and the reducer averages that buffer. Every rank then adapts its learning rate from the
 same averaged KL, so no broadcast is needed. rsl_rl issues three collectives per minibatch for the same result.
+The observation normalisers' statistics are synchronised through the same reducer (`mjfleet.rl.normalizer`).
 
-Everything else is rsl_rl's PPO: its rollout storage and minibatches, losses, clipping, adaptive schedule, GAE
-and normaliser updates. tests/test_ppo.py checks the update against rsl_rl 5.5.1's `PPO.update` on the same
-rollout. For MLP networks the fast engine (`mjfleet.rl.fast`) computes the same rollout actions and minibatch
-gradients with fewer operations; this class stays the one place where the update's steps are put in order.
+Everything else is rsl_rl's PPO: its rollout storage and minibatches, losses, clipping, adaptive schedule and
+GAE. tests/test_runner.py checks the update against rsl_rl's own `PPO.update` on the same rollout. An optional
+update engine (`UpdateEngine`; for MLP networks `mjfleet.rl.fast`, wired by `mjfleet.rl.build`) computes the same
+rollout actions and minibatch gradients with fewer operations; this class stays the one place where the update's
+steps are put in order, and it knows the engine only through that protocol.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+from collections.abc import Callable, Iterable
+from typing import Any, Protocol
 
 import torch
 from rsl_rl.algorithms import PPO
 
-from mjfleet.rl.fast import Declined, FastUpdate
-from mjfleet.rl.reduce import Reducer, choose_reducer
+from mjfleet.rl.config import PPOConfig
+from mjfleet.rl.normalizer import update_model_normalizer
+from mjfleet.rl.reduce import Reducer
 
 log = logging.getLogger(__name__)
+
+Gradients = Callable[[Any], tuple[torch.Tensor, torch.Tensor | None]]
+"""One minibatch -> (detached [surrogate, value, entropy] losses, mean KL or None), gradients in `flat_grad`."""
+
+
+class Declined(Exception):
+    """An update engine failed where it had not changed anything yet: the reference runs instead."""
+
+
+class UpdateEngine(Protocol):
+    """A faster way to compute what `FleetPPO.act` and `FleetPPO.minibatch_gradients` compute."""
+
+    name: str
+    """For the start-up line, e.g. "fast engine"."""
+
+    @property
+    def action_std(self) -> torch.Tensor: ...
+
+    def act(self, obs) -> torch.Tensor: ...
+
+    def minibatches(self) -> tuple[Iterable, Gradients]: ...
+
+    def policy_changed(self) -> None: ...
 
 
 class FleetPPO(PPO):
     """rsl_rl's PPO whose gradients and KL are averaged across workers by one reducer call per minibatch.
 
-    Extra settings: `gradient_reducer` (see mjfleet.rl.reduce), `grad_sync_period` (average and step after every
-    K minibatches, their gradients accumulated: one collective per K), `fast_update` (use mjfleet.rl.fast where it
-    applies), `capture_update` (on CUDA, replay each minibatch as a CUDA graph) and `tf32` (on CUDA, the update's
-    float32 matrix products on TensorFloat-32 tensor cores, as mjlab trains). Not supported: rsl_rl's RND and
-    symmetry extensions.
+    Built by `mjfleet.rl.build.build_ppo` from the agent's `PPOConfig`, which carries the extra settings:
+    `gradient_reducer` (chosen into `reducer`), `grad_sync_period` (average and step after every K minibatches,
+    their gradients accumulated: one collective per K), `fast_update` / `capture_update` (the `engine`) and
+    `tf32` (on CUDA, the update's float32 matrix products on TensorFloat-32 tensor cores, as mjlab trains).
     """
 
     def __init__(
@@ -40,26 +67,37 @@ class FleetPPO(PPO):
         actor,
         critic,
         storage,
-        *,
-        gradient_reducer: str = "auto",
-        grad_sync_period: int = 1,
-        fast_update: bool = True,
-        capture_update: bool = True,
-        tf32: bool = True,
-        **kwargs,
+        settings: PPOConfig,
+        device: str,
+        reducer: Reducer | None = None,
     ) -> None:
-        if kwargs.get("rnd_cfg") or kwargs.get("symmetry_cfg"):
-            raise ValueError("mjfleet's PPO supports neither rsl_rl's RND nor its symmetry augmentation")
-        super().__init__(actor, critic, storage, **kwargs)
-        if not 1 <= grad_sync_period <= self.num_mini_batches:
-            raise ValueError(f"grad_sync_period must be in [1, num_mini_batches], got {grad_sync_period}")
-        self.grad_sync_period = grad_sync_period
-        self.tf32 = tf32
+        super().__init__(
+            actor,
+            critic,
+            storage,
+            num_learning_epochs=settings.num_learning_epochs,
+            num_mini_batches=settings.num_mini_batches,
+            clip_param=settings.clip_param,
+            gamma=settings.gamma,
+            lam=settings.lam,
+            value_loss_coef=settings.value_loss_coef,
+            entropy_coef=settings.entropy_coef,
+            learning_rate=settings.learning_rate,
+            max_grad_norm=settings.max_grad_norm,
+            optimizer=settings.optimizer,
+            use_clipped_value_loss=settings.use_clipped_value_loss,
+            schedule=settings.schedule,
+            desired_kl=settings.desired_kl,
+            normalize_advantage_per_mini_batch=settings.normalize_advantage_per_mini_batch,
+            device=device,
+        )
+        self.grad_sync_period = settings.grad_sync_period
+        self.tf32 = settings.tf32
         if type(self.optimizer) is torch.optim.Adam:  # not a subclass: AdamW decays weights differently
             # torch's fused kernel: one kernel per step for all parameters instead of several per tensor
+            # (float32 on CPU and CUDA, the only devices and dtype mjfleet trains on, both have it)
             params = [p for group in self.optimizer.param_groups for p in group["params"]]
-            with contextlib.suppress(RuntimeError, ValueError):  # no fused kernel for this device or dtype
-                self.optimizer = torch.optim.Adam(params, **{**self.optimizer.defaults, "fused": True})
+            self.optimizer = torch.optim.Adam(params, **{**self.optimizer.defaults, "fused": True})
 
         # Backward accumulates into the existing views in place: zeroing is one operation on the buffer, and the
         # reducer sends the buffer as it is.
@@ -72,14 +110,14 @@ class FleetPPO(PPO):
         self._network_grads = (self.flat_grad[:num_actor], self.flat_grad[num_actor:-1])
         self._gradient_sum = torch.zeros_like(self.flat_grad)  # grad_sync_period > 1: the group's running sum
         self._grouped = 0
-        self.reducer: Reducer | None = None
-        if self.is_multi_gpu:
-            self.reducer = choose_reducer(gradient_reducer, self.flat_grad)
-        self.fast: FastUpdate | None = None
-        if fast_update and type(self).minibatch_gradients is not FleetPPO.minibatch_gradients:
-            log.warning("fast PPO update not used: %s changes the loss", type(self).__name__)
-        elif fast_update:
-            self.fast = FastUpdate.build(self, capture_update)
+        self.reducer = reducer
+        """Averages gradients (and sums statistics) across workers; None: one worker."""
+        self.engine: UpdateEngine | None = None
+        """The faster rollout step and minibatch gradients (`attach_engine`); None: the reference runs."""
+
+    def attach_engine(self, engine: UpdateEngine | None) -> None:
+        """Use `engine` for rollout actions and minibatch gradients (None: the reference)."""
+        self.engine = engine
 
     @property
     def mini_batch_size(self) -> int:
@@ -94,15 +132,15 @@ class FleetPPO(PPO):
     @property
     def action_std(self) -> torch.Tensor:
         """The policy's current action standard deviation (per action dimension)."""
-        if self.fast is not None:
-            return self.fast.gradients.rollout_std[0]
+        if self.engine is not None:
+            return self.engine.action_std
         return self.actor.output_std.detach()
 
     # ----------------------------------------------------------------- rollout
     def act(self, obs) -> torch.Tensor:
-        if self.fast is not None:
+        if self.engine is not None:
             try:
-                return self.fast.act(obs)
+                return self.engine.act(obs)
             except Declined as exc:
                 self._decline(exc)
         return super().act(obs)
@@ -113,10 +151,13 @@ class FleetPPO(PPO):
         sums = torch.zeros(4, device=self.device)  # surrogate, value, entropy, KL: read once, at the end
         count = 0
         with self.update_precision():  # around the recording of a minibatch graph too: it keeps its kernels
-            if self.fast is not None:
-                minibatches, gradients = self.fast.minibatches()
+            if self.engine is not None:
+                minibatches, gradients = self.engine.minibatches()
             else:
-                minibatches, gradients = self._minibatch_generator(), self.minibatch_gradients
+                minibatches = self.storage.mini_batch_generator(
+                    self.num_mini_batches, self.num_learning_epochs
+                )
+                gradients = self.minibatch_gradients
             for batch in minibatches:
                 try:
                     terms, kl = gradients(batch)
@@ -134,8 +175,7 @@ class FleetPPO(PPO):
                         continue
                 self.apply_gradients(kl)
         obs = self.storage.observations.flatten(0, 1)
-        self.actor.update_normalization(obs)
-        self.critic.update_normalization(obs)
+        self.update_normalization(obs)
         self.storage.clear()
         self.policy_changed()
         surrogate, value, entropy, kl = (sums / max(count, 1)).tolist()
@@ -161,12 +201,11 @@ class FleetPPO(PPO):
         self._grouped = 0
         return True, self.flat_grad[-1] if kl is not None else None
 
-    def _minibatch_generator(self):
-        if self.actor.is_recurrent or self.critic.is_recurrent:
-            return self.storage.recurrent_mini_batch_generator(
-                self.num_mini_batches, self.num_learning_epochs
-            )
-        return self.storage.mini_batch_generator(self.num_mini_batches, self.num_learning_epochs)
+    def update_normalization(self, obs) -> None:
+        """The actor's and critic's observation normalisers learn this rollout, synchronised by the reducer."""
+        sync = self.reducer.sum if self.reducer is not None else None
+        for model in (self.actor, self.critic):
+            update_model_normalizer(model, obs, sync)
 
     def minibatch_gradients(self, batch) -> tuple[torch.Tensor, torch.Tensor | None]:
         """rsl_rl's PPO loss on one minibatch, back-propagated into the flat gradient buffer. Returns the detached
@@ -176,42 +215,31 @@ class FleetPPO(PPO):
                 batch.advantages = (batch.advantages - batch.advantages.mean()) / (
                     batch.advantages.std() + 1e-8
                 )
-        device_type = torch.device(self.device).type
-        with torch.autocast(device_type, dtype=torch.bfloat16, enabled=self.use_mixed_precision):
-            actor, critic = self.actor, self.critic
-            actor(
-                batch.observations,
-                masks=batch.masks,
-                hidden_state=batch.hidden_states[0],
-                stochastic_output=True,
-            )
-            log_prob = actor.get_output_log_prob(batch.actions)
-            values = critic(batch.observations, masks=batch.masks, hidden_state=batch.hidden_states[1])
-            entropy = actor.output_entropy.mean()
-            kl = None
-            if self.desired_kl is not None and self.schedule == "adaptive":
-                with torch.no_grad():
-                    kl = actor.get_kl_divergence(
-                        batch.old_distribution_params, actor.output_distribution_params
-                    )
-                    kl = kl.mean()
+        actor, critic = self.actor, self.critic
+        actor(batch.observations, stochastic_output=True)
+        log_prob = actor.get_output_log_prob(batch.actions)
+        values = critic(batch.observations)
+        entropy = actor.output_entropy.mean()
+        kl = None
+        if self.desired_kl is not None and self.schedule == "adaptive":
+            with torch.no_grad():
+                kl = actor.get_kl_divergence(batch.old_distribution_params, actor.output_distribution_params)
+                kl = kl.mean()
 
-            # clipped surrogate
-            advantages = torch.squeeze(batch.advantages)
-            ratio = torch.exp(log_prob - torch.squeeze(batch.old_actions_log_prob))
-            clipped_ratio = torch.clamp(ratio, 1.0 - self.clip_param, 1.0 + self.clip_param)
-            surrogate_loss = torch.max(-advantages * ratio, -advantages * clipped_ratio).mean()
+        # clipped surrogate
+        advantages = torch.squeeze(batch.advantages)
+        ratio = torch.exp(log_prob - torch.squeeze(batch.old_actions_log_prob))
+        clipped_ratio = torch.clamp(ratio, 1.0 - self.clip_param, 1.0 + self.clip_param)
+        surrogate_loss = torch.max(-advantages * ratio, -advantages * clipped_ratio).mean()
 
-            # value loss, optionally clipped around the rollout's values
-            if self.use_clipped_value_loss:
-                clipped = batch.values + (values - batch.values).clamp(-self.clip_param, self.clip_param)
-                value_loss = torch.max(
-                    (values - batch.returns).pow(2), (clipped - batch.returns).pow(2)
-                ).mean()
-            else:
-                value_loss = (batch.returns - values).pow(2).mean()
+        # value loss, optionally clipped around the rollout's values
+        if self.use_clipped_value_loss:
+            clipped = batch.values + (values - batch.values).clamp(-self.clip_param, self.clip_param)
+            value_loss = torch.max((values - batch.returns).pow(2), (clipped - batch.returns).pow(2)).mean()
+        else:
+            value_loss = (batch.returns - values).pow(2).mean()
 
-            loss = surrogate_loss + self.value_loss_coef * value_loss - self.entropy_coef * entropy
+        loss = surrogate_loss + self.value_loss_coef * value_loss - self.entropy_coef * entropy
         self.flat_grad.zero_()
         loss.backward()
         terms = torch.stack((surrogate_loss.detach(), value_loss.detach(), entropy.detach())).float()
@@ -253,15 +281,19 @@ class FleetPPO(PPO):
     # ------------------------------------------------------------ bookkeeping
     def policy_changed(self) -> None:
         """The parameters changed (an update, a load, a broadcast): the fast engine re-reads what it caches."""
-        if self.fast is not None:
-            self.fast.policy_changed()
+        if self.engine is not None:
+            self.engine.policy_changed()
 
     def _decline(self, exc: Declined) -> None:
         log.warning("fast PPO update turned off, %s: the reference update runs from here on", exc)
-        self.fast = None
+        self.engine = None
 
     def broadcast_parameters(self) -> None:
-        super().broadcast_parameters()
+        """Every rank starts from rank 0's networks (parameters and normaliser statistics)."""
+        if self.reducer is not None:
+            for model in (self.actor, self.critic):
+                for tensor in model.state_dict().values():
+                    self.reducer.broadcast(tensor)
         self.policy_changed()
 
     def load(self, *args, **kwargs):

@@ -3,7 +3,10 @@
 A reducer sums one flat float buffer over every worker, in place. `FleetPPO.apply_gradients` hands it the
 minibatch's gradients with the minibatch's mean KL in one extra slot, so one collective per minibatch keeps the
 ranks' parameters and adaptive learning rates identical. The runner's two small per-iteration exchanges (episode
-statistics and the agreed stop signal) go through the same reducer's `sum`.
+statistics and the agreed stop signal) go through the same reducer's `sum`, and so does the observation
+normaliser's synchronisation (`mjfleet.rl.normalizer`). Every other exchange between workers is here too:
+`broadcast` (the initial parameters) and `gather` (consistency checks, checkpoints' RNG states). Nothing is
+exchanged as a pickled object: tensors, or JSON in a uint8 tensor (`gather_json`).
 
 The strategies, and when `choose_reducer` picks them (`--agent.algorithm.gradient-reducer` overrides "auto"):
 
@@ -20,7 +23,7 @@ Every strategy sums in a fixed order, or through the collective itself, so all r
 
 from __future__ import annotations
 
-import contextlib
+import json
 import os
 import pathlib
 import platform
@@ -32,7 +35,6 @@ import torch
 import torch.distributed as dist
 
 from mjfleet.errors import UsageError
-from mjfleet.timing import Stopwatch
 
 REDUCERS = ("auto", "all-reduce", "all-gather", "shared-memory", "none")
 ALL_GATHER_MAX_WORKERS = 4
@@ -46,20 +48,56 @@ class Reducer:
 
     name = ""
 
-    def __init__(self, world_size: int) -> None:
+    def __init__(self, world_size: int, group: dist.ProcessGroup | None = None) -> None:
         self.world_size = world_size
-        self.stopwatch: Stopwatch | None = None
-        """Set by `bench`: times every `average`, including the wait for the slowest worker."""
+        self.group = group
+        """The workers' process group (the WorkerContext's)."""
 
     def sum(self, values: torch.Tensor) -> None:
         """`values` <- its sum over all workers (every worker calls this with a tensor of the same shape)."""
-        dist.all_reduce(values, op=dist.ReduceOp.SUM)
+        dist.all_reduce(values, op=dist.ReduceOp.SUM, group=self.group)
 
     def average(self, flat: torch.Tensor) -> None:
         """`flat` <- its mean over all workers: the minibatch's gradients and KL."""
-        with self.stopwatch or contextlib.nullcontext():
-            self.sum(flat)
-            flat /= self.world_size
+        self.sum(flat)
+        flat /= self.world_size
+
+    def broadcast(self, values: torch.Tensor) -> None:
+        """`values` <- rank 0's (the initial parameters)."""
+        dist.broadcast(values, src=0, group=self.group)
+
+    def gather(self, values: torch.Tensor) -> list[torch.Tensor]:
+        """Every worker's `values` (same shape on all), in rank order."""
+        return gather(values, self.world_size, self.group)
+
+
+def gather(
+    values: torch.Tensor, world_size: int, group: dist.ProcessGroup | None = None
+) -> list[torch.Tensor]:
+    """Every worker's `values` (same shape and dtype on all), in rank order."""
+    out = [torch.empty_like(values) for _ in range(world_size)]
+    dist.all_gather(out, values, group=group)
+    return out
+
+
+def gather_json(value, world_size: int, group: dist.ProcessGroup | None = None) -> list:
+    """Every worker's JSON-able `value`, in rank order: JSON text in uint8 tensors (what a peer sent is parsed,
+    never unpickled). On the backend's device: CPU on gloo, the current CUDA device on nccl."""
+    device = "cuda" if dist.get_backend(group) == "nccl" else "cpu"
+    data = torch.frombuffer(bytearray(json.dumps(value).encode()), dtype=torch.uint8)
+    lengths = gather(torch.tensor([data.numel()], device=device), world_size, group)
+    longest = int(max(n.item() for n in lengths))
+    buffer = torch.zeros(longest, dtype=torch.uint8, device=device)
+    buffer[: data.numel()] = data.to(device)
+    rows = gather(buffer, world_size, group)
+    return [
+        json.loads(bytes(row[: int(n.item())].cpu().tolist())) for row, n in zip(rows, lengths, strict=True)
+    ]
+
+
+def broadcast_json(value, group: dist.ProcessGroup | None = None):
+    """Rank 0's JSON-able `value` on every worker (others pass anything, e.g. None)."""
+    return gather_json(value, dist.get_world_size(group), group)[0]
 
 
 class AllReduce(Reducer):
@@ -71,8 +109,8 @@ class AllGather(Reducer):
 
     name = "all-gather"
 
-    def __init__(self, world_size: int) -> None:
-        super().__init__(world_size)
+    def __init__(self, world_size: int, group: dist.ProcessGroup | None = None) -> None:
+        super().__init__(world_size, group)
         self._gathered: torch.Tensor | None = None
 
     def sum(self, values: torch.Tensor) -> None:
@@ -81,7 +119,7 @@ class AllGather(Reducer):
         if self._gathered is None or self._gathered.numel() < self.world_size * n:
             self._gathered = flat.new_empty(self.world_size * n)
         gathered = self._gathered[: self.world_size * n]
-        dist.all_gather_into_tensor(gathered, flat)
+        dist.all_gather_into_tensor(gathered, flat, group=self.group)
         torch.sum(gathered.view(self.world_size, n), dim=0, out=flat)
 
 
@@ -108,48 +146,51 @@ class SharedMemory(Reducer):
     FLAG_STRIDE = 8  # int64s: one 64-byte cache line per rank's flag
     SPINS_BEFORE_YIELD = 200
 
-    def __init__(self, world_size: int, numel: int, dtype: torch.dtype, timeout_s: float = 600.0) -> None:
-        super().__init__(world_size)
+    def __init__(
+        self,
+        world_size: int,
+        numel: int,
+        dtype: torch.dtype,
+        timeout_s: float = 600.0,
+        group: dist.ProcessGroup | None = None,
+    ) -> None:
+        super().__init__(world_size, group)
         self.numel, self.dtype, self.timeout_s = numel, dtype, timeout_s
-        self.rank = dist.get_rank()
+        self.rank = dist.get_rank(group)
         flag_bytes = world_size * self.FLAG_STRIDE * 8
-        # Rank 0 names and sizes the file; every rank maps it; once all have, it is unlinked (the mappings stay),
-        # so nothing is left in /dev/shm however the run ends.
-        names = [f"/dev/shm/mjfleet-reduce-{uuid.uuid4().hex}" if self.rank == 0 else None]
-        dist.broadcast_object_list(names, src=0)
-        path = pathlib.Path(names[0])
+        # Rank 0 names, creates and sizes the file (readable by this user only); every rank maps it; once all
+        # have, it is unlinked (the mappings stay), so nothing is left in /dev/shm however the run ends.
+        name = broadcast_json(uuid.uuid4().hex if self.rank == 0 else None, group)
+        path = pathlib.Path(f"/dev/shm/mjfleet-reduce-{name}")
         size = mapping_bytes(world_size, numel, dtype)
         if self.rank == 0:
-            with open(path, "wb") as f:
-                f.truncate(size)
-        dist.barrier()
+            create_mapping_file(path, size)
+        dist.barrier(group=group)
         raw = torch.from_file(str(path), shared=True, size=size, dtype=torch.uint8)
-        dist.barrier()
+        dist.barrier(group=group)
         if self.rank == 0:
             path.unlink()
-        pids: list[int | None] = [None] * world_size
-        dist.all_gather_object(pids, os.getpid())
+        pids = gather_json(os.getpid(), world_size, group)
         self._peers = {rank: pid for rank, pid in enumerate(pids) if rank != self.rank}
         self._flags = raw[:flag_bytes].view(torch.int64)[:: self.FLAG_STRIDE].numpy()
         self._banks = raw[flag_bytes:].view(dtype).view(2, world_size, numel)
         self._round = 0
 
     @classmethod
-    def available(cls, numel: int, dtype: torch.dtype) -> bool:
+    def available(cls, numel: int, dtype: torch.dtype, group: dist.ProcessGroup | None = None) -> bool:
         """Collective: gloo with 2-16 ranks all on this x86 Linux host, with room in /dev/shm for the mapping
         twice over (a full /dev/shm kills the workers with SIGBUS instead of failing cleanly)."""
-        world = dist.get_world_size()
-        if dist.get_backend() != "gloo" or not 1 < world <= SHARED_MEMORY_MAX_WORKERS:
+        world = dist.get_world_size(group)
+        if dist.get_backend(group) != "gloo" or not 1 < world <= SHARED_MEMORY_MAX_WORKERS:
             return False
         x86 = platform.machine().lower() in {"x86_64", "amd64", "i386", "i686"}
         free = shutil.disk_usage("/dev/shm").free if x86 and os.path.isdir("/dev/shm") else 0
-        views: list[tuple[str, int] | None] = [None] * world
-        dist.all_gather_object(views, (platform.node(), free))  # every rank decides the same
-        hosts = {host for host, _ in views}  # type: ignore[misc]
-        return len(hosts) == 1 and min(f for _, f in views) >= 2 * mapping_bytes(world, numel, dtype)  # type: ignore[misc]
+        views = gather_json([platform.node(), free], world, group)  # every rank decides the same
+        hosts = {host for host, _ in views}
+        return len(hosts) == 1 and min(f for _, f in views) >= 2 * mapping_bytes(world, numel, dtype)
 
     def sum(self, values: torch.Tensor) -> None:
-        if values.dtype != self.dtype or values.numel() > self.numel:
+        if values.dtype != self.dtype or values.numel() > self.numel or values.device.type != "cpu":
             return super().sum(values)
         self._round += 1
         bank = self._banks[self._round & 1, :, : values.numel()]
@@ -178,14 +219,14 @@ class SharedMemory(Reducer):
                     )
 
 
-def choose_reducer(name: str, flat: torch.Tensor) -> Reducer:
-    """The reducer for `flat` (the gradient buffer) in the current process group: `name`, or for "auto" the
+def choose_reducer(name: str, flat: torch.Tensor, group: dist.ProcessGroup | None = None) -> Reducer:
+    """The reducer for `flat` (the gradient buffer) in the workers' process `group`: `name`, or for "auto" the
     cheapest strategy the backend and the workers' placement allow. Collective: every rank calls it."""
     if name not in REDUCERS:
         raise UsageError(f"--agent.algorithm.gradient-reducer {name!r}: choose one of {', '.join(REDUCERS)}")
-    world, backend = dist.get_world_size(), dist.get_backend()
+    world, backend = dist.get_world_size(group), dist.get_backend(group)
     if name == "none":
-        return NoReduce(world)
+        return NoReduce(world, group)
     if backend == "nccl" and name not in ("auto", "all-reduce"):
         raise UsageError(
             f"--agent.algorithm.gradient-reducer {name}: GPU workers (nccl) average with all-reduce"
@@ -195,7 +236,7 @@ def choose_reducer(name: str, flat: torch.Tensor) -> Reducer:
         name in ("auto", "shared-memory")
         and backend == "gloo"
         and flat.device.type == "cpu"
-        and SharedMemory.available(flat.numel(), flat.dtype)
+        and SharedMemory.available(flat.numel(), flat.dtype, group)
     )
     if name == "auto":
         if shared_memory:
@@ -210,10 +251,20 @@ def choose_reducer(name: str, flat: torch.Tensor) -> Reducer:
                 "--agent.algorithm.gradient-reducer shared-memory needs CPU workers on one x86 Linux host "
                 "(gloo, 2-16 workers) with room in /dev/shm"
             )
-        return SharedMemory(world, flat.numel(), flat.dtype)
+        return SharedMemory(world, flat.numel(), flat.dtype, group=group)
     if name == "all-gather":
-        return AllGather(world)
-    return AllReduce(world)
+        return AllGather(world, group)
+    return AllReduce(world, group)
+
+
+def create_mapping_file(path: pathlib.Path, size: int) -> None:
+    """Create the shared-memory file `path` of `size` bytes: readable and writable by this user only, and never
+    an existing file (O_EXCL: not one another user placed there in advance)."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        os.ftruncate(fd, size)
+    finally:
+        os.close(fd)
 
 
 def mapping_bytes(world: int, numel: int, dtype: torch.dtype) -> int:

@@ -14,8 +14,6 @@ import mujoco_warp as mjw
 import torch
 import warp as wp
 
-from mjfleet.timing import Stopwatch
-
 log = logging.getLogger(__name__)
 
 # Data fields that almost every environment reads; views for other fields are made on first use and cached.
@@ -63,6 +61,20 @@ def model_name(mj_model: mujoco.MjModel) -> str:
     return names[: names.index(b"\0")].decode() or "model"
 
 
+_announce_compiles = True
+
+
+@contextlib.contextmanager
+def compile_notices(enabled: bool) -> Iterator[None]:
+    """Simulations built inside announce their kernel compiles (`compile_notice`) only if `enabled`."""
+    global _announce_compiles
+    previous, _announce_compiles = _announce_compiles, enabled
+    try:
+        yield
+    finally:
+        _announce_compiles = previous
+
+
 @contextlib.contextmanager
 def compile_notice(name: str, poll_s: float = 0.1) -> Iterator[None]:
     """Say so while warp compiles kernels inside this block (a cold kernel cache: up to minutes); silent when
@@ -70,10 +82,10 @@ def compile_notice(name: str, poll_s: float = 0.1) -> Iterator[None]:
 
     warp builds each module it compiles in a directory of its kernel cache named after the building process
     (`<module>_p<pid>_t<thread>`) and renames it when done; a thread watches the cache directory for such a
-    directory of this process, so the line appears as soon as the first compile starts. Only rank 0 (the RANK
-    variable of torch.distributed launchers) speaks: every worker compiles the same kernels.
+    directory of this process, so the line appears as soon as the first compile starts. Silent inside
+    `compile_notices(False)` (the workers other than rank 0: every worker compiles the same kernels).
     """
-    if int(os.environ.get("RANK", "0")) != 0:
+    if not _announce_compiles:
         yield
         return
     wp.init()  # the kernel cache directory is set up here
@@ -142,7 +154,6 @@ class Simulation:
         self.substeps = substeps
         self.wp_device = wp.get_device(device)
         self.device = torch.device(str(self.wp_device))
-        self.stopwatch: Stopwatch | None = None
 
         if nconmax is None and njmax is None and needs_no_constraint_buffers(mj_model):
             nconmax = njmax = (
@@ -240,12 +251,8 @@ class Simulation:
 
     # ------------------------------------------------------------ operations
     def step(self) -> None:
-        """Advance every world by `substeps` physics steps (timed by `stopwatch` when one is set: `bench`)."""
-        if self.stopwatch is None:
-            self._launch("step")
-            return
-        with self.stopwatch:
-            self._launch("step")
+        """Advance every world by `substeps` physics steps."""
+        self._launch("step")
 
     def forward(self) -> None:
         """Recompute derived quantities (kinematics, sensors, ...) from qpos/qvel without advancing time."""

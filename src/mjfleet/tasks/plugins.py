@@ -6,8 +6,9 @@ An installed distribution declares, in its pyproject.toml,
     pendulum = "pendulum"                 # a module: importing it registers its tasks
     more = "my_tasks.setup:register_all"  # or a callable, called once with no arguments
 
-Both are loaded whenever `mjfleet.tasks` is imported, so `tasks`, `train`, `play`, `bench` and every worker of a
-run see the same tasks. A plug-in that fails to load is a UsageError naming its distribution and entry point:
+Both are loaded whenever `mjfleet.tasks` is imported, so `tasks`, `train`, `play` and `bench` see the same tasks;
+a training job also carries the MJFLEET_TASK_MODULES list its command saw (`TrainJob.task_modules`), and every
+worker imports those modules itself, whatever environment the launcher gave it. A plug-in that fails to load is a UsageError naming its distribution and entry point:
 one broken package must not read as a bug of mjfleet's, and its author still learns the first line of why.
 """
 
@@ -61,9 +62,19 @@ def _distribution(entry_point: importlib.metadata.EntryPoint) -> str:
     return f"the installed distribution {dist.name} {dist.version}"
 
 
+def environment_task_modules() -> tuple[str, ...]:
+    """The modules MJFLEET_TASK_MODULES names (comma-separated, importable names), as the user set it."""
+    return tuple(filter(None, (m.strip() for m in os.environ.get("MJFLEET_TASK_MODULES", "").split(","))))
+
+
 def load_environment_modules() -> None:
-    """Import the modules named in MJFLEET_TASK_MODULES (comma-separated, importable names)."""
-    for module in filter(None, (m.strip() for m in os.environ.get("MJFLEET_TASK_MODULES", "").split(","))):
+    """Import the modules named in MJFLEET_TASK_MODULES (the user's input, read where a command starts)."""
+    load_task_modules(environment_task_modules())
+
+
+def load_task_modules(modules: tuple[str, ...] | list[str]) -> None:
+    """Import `modules`, each registering its tasks (a worker imports the ones its job names)."""
+    for module in modules:
         try:
             importlib.import_module(module)
         except ModuleNotFoundError as exc:

@@ -9,6 +9,9 @@ and optimizer step, fewer operations per minibatch.
 rollout step or the first minibatch (a changed library, say) raises `Declined` before anything was applied, and
 FleetPPO then runs the reference instead. A failed CUDA-graph recording falls back to the op-by-op engine.
 tests/test_fast_update.py checks it equal to the reference.
+
+The engine depends on FleetPPO's public pieces (its settings, storage, flat gradient buffer, `Declined`); FleetPPO
+knows it only as an `UpdateEngine` that `mjfleet.rl.build` attaches.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import torch
 
 from mjfleet.errors import first_line
 from mjfleet.rl.fast.mlp import MlpGradients, Unsupported
+from mjfleet.rl.ppo import Declined, FleetPPO
 
 log = logging.getLogger(__name__)
 
@@ -31,14 +35,10 @@ def minibatch_indices(alg) -> list[torch.Tensor]:
     return list(permutation.split(size)) * alg.num_learning_epochs
 
 
-class Declined(Exception):
-    """The engine failed where it had not changed anything yet: run the reference instead."""
-
-
 class FastUpdate:
     """FleetPPO's rollout step and minibatch gradients for MLP networks."""
 
-    def __init__(self, alg, capture: bool) -> None:
+    def __init__(self, alg: FleetPPO, capture: bool) -> None:
         self.alg = alg
         self.gradients = MlpGradients(alg)
         self.capture = capture and torch.device(alg.device).type == "cuda"
@@ -47,8 +47,18 @@ class FastUpdate:
         self._graph_key: tuple = ()
         self._proven: set[str] = set()
 
+    @property
+    def name(self) -> str:
+        """What runs, for the start-up line."""
+        return "fast engine, each minibatch a replayed CUDA graph" if self.capture else "fast engine"
+
+    @property
+    def action_std(self) -> torch.Tensor:
+        """The policy's action standard deviation, as the rollout uses it."""
+        return self.gradients.rollout_std[0]
+
     @classmethod
-    def build(cls, alg, capture: bool = True) -> FastUpdate | None:
+    def build(cls, alg: FleetPPO, capture: bool = True) -> FastUpdate | None:
         """The engine for `alg`'s networks, or None (with a warning) where the reference must run."""
         try:
             return cls(alg, capture)

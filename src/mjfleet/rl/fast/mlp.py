@@ -150,8 +150,6 @@ class MlpGradients:
     autograd; and rollout actions from the same forward pass."""
 
     def __init__(self, alg) -> None:
-        if alg.use_mixed_precision:
-            raise Unsupported("mixed precision")
         dist = alg.actor.distribution
         if type(dist) not in (RslGaussian, GaussianDistribution):
             raise Unsupported(f"distribution {type(dist).__name__}")

@@ -1,0 +1,104 @@
+"""A training job's checkpoints: resuming from one, and what follows each save (pruning, export, upload) and each
+periodic evaluation (model_best.pt). The checkpoint's contents and RNG states are `mjfleet.rl.checkpoint`'s."""
+
+from __future__ import annotations
+
+import pathlib
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from mjfleet.errors import UsageError, first_line
+from mjfleet.rl.runner import FleetRunner
+from mjfleet.runs import Retention, RunDir
+
+
+def resume(runner: FleetRunner, path: str) -> None:
+    """Load the checkpoint the job resumes from; one that does not fit the task's policy is a UsageError."""
+    try:
+        runner.load(path, map_location=runner.device)
+    except (RuntimeError, KeyError, ValueError) as exc:
+        raise UsageError(f"checkpoint {path} does not fit this task's policy: {first_line(exc)}") from None
+
+
+class AfterSave:
+    """Rank 0's `on_checkpoint`: prune old checkpoints, export the policy, upload the checkpoint, as asked."""
+
+    def __init__(
+        self, run_dir: RunDir, retention: Retention, export: bool = False, upload: bool = False
+    ) -> None:
+        self.run_dir, self.retention, self.export, self.upload = run_dir, retention, export, upload
+        self.runner: FleetRunner | None = None
+        """Set once the runner exists (it is built with these hooks)."""
+
+    def __call__(self, path: pathlib.Path, iteration: int) -> None:
+        runner = self.runner
+        assert runner is not None
+        self.retention.prune(self.run_dir.path)
+        if self.export:
+            export_policy(runner, self.run_dir, path)
+        if self.upload and runner.metrics is not None:
+            runner.metrics.upload_checkpoint(path, iteration)
+            files = runner.metrics.wandb_files
+            if files is not None:
+                self.retention.prune(files)
+
+
+def export_policy(runner: FleetRunner, run_dir: RunDir, checkpoint: pathlib.Path) -> None:
+    """Export the current policy to <run_dir>/exported; a failed export is reported, training goes on."""
+    from mjfleet.rl.export import export_policy as export
+    from mjfleet.rl.export import policy_metadata
+
+    actor = runner.alg.get_policy()
+    obs = runner.env.get_observations().to(runner.device)
+    was_training = actor.training
+    actor.eval()
+    iteration = runner.current_learning_iteration
+    try:
+        meta = policy_metadata(
+            runner.env,
+            actor,
+            obs,
+            runner.checkpoint_info.get("task", ""),
+            iteration=iteration,
+            checkpoint=str(checkpoint),
+        )
+        export(actor, obs, run_dir.exported_dir, meta)
+    except Exception as exc:  # noqa: BLE001 - never lose a training run to an export problem
+        print(f"error: policy export after iteration {iteration} failed: {exc}", flush=True)
+    finally:
+        actor.train(was_training)
+
+
+class PeriodicEvaluation:
+    """Rank 0's `evaluate` hook: every `interval` iterations, the deterministic policy on environments of its own
+    (`evaluator`: policy -> `mjfleet.evaluation.evaluate`'s summary); the best so far is kept as model_best.pt,
+    outside the checkpoint retention. Its random draws leave training's random stream as it was."""
+
+    def __init__(
+        self, evaluator: Callable[[Callable], dict[str, Any]], interval: int, run_dir: RunDir | None
+    ) -> None:
+        self.evaluator, self.interval, self.run_dir = evaluator, interval, run_dir
+        self.best_return: float | None = None
+
+    def __call__(self, runner: FleetRunner, done: int) -> dict[str, Any]:
+        if self.interval <= 0 or done % self.interval:
+            return {}
+        actor = runner.alg.get_policy()
+        was_training = actor.training
+        actor.eval()
+        device = torch.device(runner.device)
+        try:
+            with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+                result = self.evaluator(lambda obs: actor(obs))
+        finally:
+            actor.train(was_training)
+        mean_return = result["mean_return"]
+        out = {"Eval/mean_return": mean_return, "Eval/mean_episode_length": result["mean_episode_length"]}
+        out.update({f"Eval/{name}": value for name, value in result["metrics"].items()})
+        if mean_return is not None and (self.best_return is None or mean_return > self.best_return):
+            self.best_return = mean_return
+            if self.run_dir is not None:
+                runner.save(self.run_dir.path / "model_best.pt", infos={"eval": result})
+        return out

@@ -1,0 +1,163 @@
+"""One training job, resolved once in the launching process: flags -> `TrainJob`, every check, the resume choice."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import pathlib
+from dataclasses import dataclass
+from typing import Any
+
+from mjfleet.envs import EnvConfig
+from mjfleet.errors import UsageError
+from mjfleet.launch.devices import WorkerPlan
+from mjfleet.rl import AgentConfig
+from mjfleet.runs import Retention, RunDir
+from mjfleet.runs.checkpoints import find_checkpoint, find_wandb_checkpoint, read_checkpoint
+
+
+@dataclass(frozen=True)
+class TrainJob:
+    """Everything a worker needs, resolved once in the launching process."""
+
+    task: str
+    env: EnvConfig
+    agent: AgentConfig
+    plan: WorkerPlan
+    run_dir: RunDir
+    log_format: str = "block"
+    resume_from: str | None = None
+    """Checkpoint every worker loads before training (resolved in the parent, before run_dir exists)."""
+    retention: Retention = dataclasses.field(default_factory=Retention)
+    export_on_save: bool = False
+    wandb_upload_checkpoints: bool = False
+    command: tuple[str, ...] = ()
+    """The command line as typed (without the program name), for params/run.yaml and the resume hint."""
+    eval_interval: int = 0
+    eval_episodes: int = 16
+    video: tuple[int, int, int, int] | None = None
+    """--video: (interval, length, width, height); None: no video."""
+    task_modules: tuple[str, ...] = ()
+    """Modules that register tasks (MJFLEET_TASK_MODULES as the parent read it): every worker imports them before
+    looking the task up, whatever environment it was started with."""
+
+
+def resolve(task_name: str, flags: Any, plan: WorkerPlan) -> TrainJob:
+    """Apply device defaults, check every value once, choose the checkpoint to resume from and the run directory.
+    `flags` are `train`'s (mjfleet.cli.train.TrainFlags with the task's --env.* / --agent.*); `plan` the workers'."""
+    from mjfleet.tasks import get_task
+    from mjfleet.tasks.plugins import environment_task_modules
+
+    spec = get_task(task_name)
+    env, agent = flags.env, flags.agent  # the short aliases are applied already (mjfleet.cli.aliases)
+    if env.num_envs is None:
+        env.num_envs = spec.default_num_envs(plan.devices[0])
+    if env.num_envs < 1:
+        raise UsageError(f"--num-envs must be >= 1, got {env.num_envs}")
+    if flags.max_env_steps is not None:
+        per_iteration = env.num_envs * agent.num_steps_per_env * plan.world_size
+        if flags.max_env_steps < 1:
+            raise UsageError(f"--max-env-steps must be >= 1, got {flags.max_env_steps}")
+        agent.max_iterations = -(-flags.max_env_steps // per_iteration)
+        print(
+            f"--max-env-steps {flags.max_env_steps:,}: {agent.max_iterations} iterations of {per_iteration:,} "
+            f"env steps ({plan.world_size} worker{'s' if plan.world_size > 1 else ''} x {env.num_envs} envs x "
+            f"{agent.num_steps_per_env} steps)"
+        )
+    if flags.eval_interval < 0 or flags.eval_episodes < 1:
+        raise UsageError(
+            f"--eval-interval must be >= 0 and --eval-episodes >= 1, got {flags.eval_interval} and "
+            f"{flags.eval_episodes}"
+        )
+    if env.decimation < 1:
+        raise UsageError(f"--env.decimation must be >= 1, got {env.decimation}")
+    video = _video_settings(flags)
+    agent.check(env.num_envs)
+    retention = Retention(flags.keep_last, flags.keep_every)
+    if agent.logger == "wandb" and importlib.util.find_spec("wandb") is None:
+        raise UsageError("--logger wandb needs the optional wandb package: `uv sync --extra wandb`")
+    if flags.wandb_upload_checkpoints and agent.logger != "wandb":
+        raise UsageError("--wandb-upload-checkpoints needs --logger wandb")
+    # Before the new run directory exists, so that --resume can never pick the (empty) run it is about to start.
+    resume_from = None
+    path = _resume_checkpoint(flags, agent)
+    if path is not None:
+        state = read_checkpoint(path)
+        start = int(state["iter"])
+        if start >= agent.max_iterations:
+            raise UsageError(
+                f"{path} is already at iteration {start}: pass --max-iterations above {start} (it counts from 0)"
+            )
+        trained_on = (state.get("infos") or {}).get("task")
+        if trained_on and trained_on != spec.name:
+            print(f"note: {path.name} was trained on {trained_on}; continuing it on {spec.name}")
+        _adopt_network_shapes(agent, state, path)
+        print(f"resuming from {path} (iteration {start}; training up to iteration {agent.max_iterations})")
+        resume_from = str(path)
+    run_dir = RunDir.new(agent.experiment_name, agent.run_name, root=flags.logs_root)
+    return TrainJob(
+        spec.name,
+        env,
+        agent,
+        plan,
+        run_dir,
+        flags.log_format,
+        resume_from=resume_from,
+        retention=retention,
+        export_on_save=flags.export_on_save,
+        wandb_upload_checkpoints=flags.wandb_upload_checkpoints,
+        eval_interval=flags.eval_interval,
+        eval_episodes=flags.eval_episodes,
+        video=video,
+        task_modules=environment_task_modules(),
+    )
+
+
+def _adopt_network_shapes(agent: AgentConfig, state: dict[str, Any], path: pathlib.Path) -> None:
+    """Resume with the checkpoint's hidden layers: e.g. a run trained on a GPU (the task's GPU networks) continued
+    on a laptop (its CPU defaults may be smaller) must rebuild the networks it loads."""
+    saved = state.get("rsl_rl_cfg") or {}
+    for name, policy in (("actor", agent.actor), ("critic", agent.critic)):
+        dims = (saved.get(name) or {}).get("hidden_dims")
+        if dims is not None and tuple(dims) != tuple(policy.hidden_dims):
+            print(
+                f"note: {path.name} has {name} layers {tuple(dims)}; resuming with those, not {policy.hidden_dims}"
+            )
+            policy.hidden_dims = tuple(int(d) for d in dims)
+
+
+def _resume_checkpoint(flags: Any, agent: AgentConfig) -> pathlib.Path | None:
+    """The checkpoint --resume, --load-run, --checkpoint or --wandb-run-path choose; None: a fresh run."""
+    if flags.wandb_run_path is not None:
+        if flags.load_run is not None:
+            raise UsageError("--wandb-run-path and --load-run both choose the run: pass one of them")
+        return find_wandb_checkpoint(flags.wandb_run_path, flags.logs_root, flags.checkpoint)
+    if flags.resume or flags.load_run is not None or flags.checkpoint is not None:
+        experiment = pathlib.Path(flags.logs_root) / agent.experiment_name
+        return find_checkpoint(experiment, flags.load_run, flags.checkpoint)
+    return None
+
+
+def reserve_run_dir(job: TrainJob) -> TrainJob:
+    """`job` with its run directory made (here, once: two runs started in the same second get two)."""
+    try:
+        return dataclasses.replace(job, run_dir=job.run_dir.reserve())
+    except OSError as exc:
+        raise UsageError(
+            f"cannot create the run directory {job.run_dir.path}: {exc.strerror or exc}"
+        ) from None
+
+
+def _video_settings(flags: Any) -> tuple[int, int, int, int] | None:
+    """--video's (interval, length, width, height), checked; None without --video."""
+    if flags.video_interval < 1 or flags.video_length < 1:
+        raise UsageError(
+            f"--video-interval and --video-length must be >= 1, got {flags.video_interval} and "
+            f"{flags.video_length}"
+        )
+    w, h = flags.video_width, flags.video_height
+    if w < 2 or h < 2 or w % 2 or h % 2:
+        raise UsageError(f"--video-width/--video-height must be even numbers >= 2 (H.264), got {w}x{h}")
+    if not flags.video:
+        return None
+    return (flags.video_interval, flags.video_length, w, h)
