@@ -20,6 +20,7 @@ from mjfleet.rl import FleetRunner
 from mjfleet.tasks import get_task, task_names
 from mjfleet.tasks.locomotion import LocomotionEnv, Terrain, TerrainConfig
 from mjfleet.tasks.locomotion.math import quat_from_yaw, quat_rotate
+from mjfleet.tasks.locomotion.mdp import commands, events, observations
 
 FLAT, ROUGH = "Quadruped-Velocity-Flat", "Quadruped-Velocity-Rough"
 NUM_ENVS = 6
@@ -262,7 +263,7 @@ def test_a_share_of_commands_is_standing_still(flat):
     torch.manual_seed(1)
     draws = []
     for _ in range(50):
-        flat._resample_commands(torch.ones(NUM_ENVS, dtype=torch.bool))
+        commands.resample_commands(flat, torch.ones(NUM_ENVS, dtype=torch.bool))
         draws.append(flat.commands.clone())
     draws = torch.cat(draws)
     standing = (draws == 0).all(dim=1).float().mean()
@@ -503,7 +504,7 @@ def test_height_scan_matches_the_height_map_at_known_points(rough):
     base_z = 1.0
     rough.sim.qpos[0, 0:3] = torch.tensor([j0 * hs, i0 * hs, base_z])
     rough.sim.qpos[0, 3:7] = quat_from_yaw(torch.tensor(math.pi / 2))
-    scan = rough.height_scan()[0]
+    scan = observations.height_scan(rough)[0]
     offset = rough.cfg.height_scan.offset
     for k in (0, 40, 93, 186):
         px, py = rough.scan_points[k].tolist()
@@ -561,7 +562,7 @@ def test_curriculum_keeps_levels_in_range(rough):
         rough._root_xy.copy_(rough.env_origins[:, 0:2])  # the easiest-level robots did not move...
         rough._root_xy[1::2, 0] += 6.0  # ...the top-level ones walked far
         rough.commands[:] = torch.tensor([1.0, 0.0, 0.0])
-        rough._update_curriculum(torch.ones(NUM_ENVS, dtype=torch.bool))
+        events.update_terrain_levels(rough, torch.ones(NUM_ENVS, dtype=torch.bool))
         assert (rough.terrain_levels[0::2] == 0).all()  # cannot go below the easiest level
         assert ((rough.terrain_levels >= 0) & (rough.terrain_levels <= top)).all()
         solved_levels += rough.terrain_levels[1::2].tolist()
