@@ -4,6 +4,9 @@ Per policy step (50 Hz; 4 physics steps of 5 ms): actions are offsets from the d
 position-servo targets; the base state is read from qpos/qvel, foot contact from the feet's touch sensors and
 other contacts (trunk, thighs, calves) from the simulation's contact list, scattered per world on device.
 Everything is batched over environments with torch: no per-environment Python, no host synchronisation.
+
+The task's terms are plain functions of the environment in tasks/locomotion/mdp/ (commands, events, observations,
+rewards); this class holds the model, the buffers and the contact and base state, and calls the terms from its hooks.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from mjfleet.assets import asset_path
 from mjfleet.envs import NAN_RESETS_KEY, MujocoVecEnv
 from mjfleet.tasks.locomotion.config import LocomotionConfig
 from mjfleet.tasks.locomotion.math import projected_gravity, quat_rotate_inverse
-from mjfleet.tasks.locomotion.mdp import commands, events, observations
+from mjfleet.tasks.locomotion.mdp import commands, events, observations, rewards
 from mjfleet.tasks.locomotion.terrain import HeightMap, Terrain
 
 LEGS = ("FR", "FL", "RR", "RL")
@@ -52,6 +55,7 @@ class LocomotionEnv(MujocoVecEnv):
     # during training (the solver's limit: on rough ground, 72 lines in the first 40 iterations at 4,096 worlds on
     # a GPU); both are logged instead, as Metrics/sim_solver_limit and Metrics/sim_linesearch_limit.
     silenced_overflow_warnings = _ITERATIONS_BIT | _LS_ITERATIONS_BIT
+    reward_terms = rewards.TERMS
 
     # The robot, by the names in its model; another legged robot (tasks/humanoid) overrides these.
     asset = "quadruped.xml"
@@ -306,44 +310,3 @@ class LocomotionEnv(MujocoVecEnv):
         log["Metrics/sim_linesearch_limit"] = ((self._overflow & _LS_ITERATIONS_BIT) != 0).float().mean()
         if self.curriculum:
             log["Metrics/terrain_level"] = self.terrain_levels.float().mean()
-
-    # ---------------------------------------------------------------- rewards
-    def _reward_track_lin_vel_xy(self) -> torch.Tensor:
-        error = (self.commands[:, :2] - self.base_lin_vel[:, :2]).square().sum(dim=1)
-        return torch.exp(-error / self.cfg.tracking_sigma)
-
-    def _reward_track_ang_vel_z(self) -> torch.Tensor:
-        error = (self.commands[:, 2] - self.base_ang_vel[:, 2]).square()
-        return torch.exp(-error / self.cfg.tracking_sigma)
-
-    def _reward_lin_vel_z(self) -> torch.Tensor:
-        return self.base_lin_vel[:, 2].square()
-
-    def _reward_ang_vel_xy(self) -> torch.Tensor:
-        return self.base_ang_vel[:, :2].square().sum(dim=1)
-
-    def _reward_orientation(self) -> torch.Tensor:
-        return self.gravity_b[:, :2].square().sum(dim=1)
-
-    def _reward_torques(self) -> torch.Tensor:
-        return self._actuator_force.square().sum(dim=1)
-
-    def _reward_joint_acc(self) -> torch.Tensor:
-        return self.sim.qacc[:, self._vj].square().sum(dim=1)
-
-    def _reward_action_rate(self) -> torch.Tensor:
-        return (self.actions - self.last_actions).square().sum(dim=1)
-
-    def _reward_joint_limits(self) -> torch.Tensor:
-        q = self.sim.qpos[:, self._qj]
-        below = (self.soft_joint_lower - q).clamp(min=0.0)
-        above = (q - self.soft_joint_upper).clamp(min=0.0)
-        return (below + above).sum(dim=1)
-
-    def _reward_undesired_contacts(self) -> torch.Tensor:
-        return (self.contact_counts[:, self.leg_geoms] > 0).float().sum(dim=1)
-
-    def _reward_feet_air_time(self) -> torch.Tensor:
-        threshold = self.cfg.feet_air_time_threshold
-        reward = ((self._touchdown_air_time - threshold) * self.first_contact).sum(dim=1)
-        return reward * (self.commands[:, :2].norm(dim=1) > self.cfg.commands.min_speed)
