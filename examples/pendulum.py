@@ -53,9 +53,20 @@ class PendulumConfig(EnvConfig):
     rewards: PendulumRewards = field(default_factory=PendulumRewards)
 
 
-# Step 3: the environment: observations, rewards, terminations and resets, all batched on the device.
+# Step 3: the environment. Reward terms are plain functions of it, one per field of PendulumRewards ...
+def upright(env: PendulumEnv) -> torch.Tensor:
+    return 0.5 * (1.0 + torch.cos(env.sim.qpos[:, 0]))  # 1 upright
+
+
+def small_control(env: PendulumEnv) -> torch.Tensor:
+    return torch.exp(-env.actions[:, 0].square())
+
+
+# ... listed by the names of their weights in the class, beside observations, terminations and resets, all
+# batched on the device.
 class PendulumEnv(MujocoVecEnv):
     cfg: PendulumConfig
+    reward_terms = {"upright": upright, "small_control": small_control}
 
     def build_model(self) -> mujoco.MjModel:
         return mujoco.MjModel.from_xml_string(PENDULUM_XML)
@@ -72,12 +83,6 @@ class PendulumEnv(MujocoVecEnv):
         angle = (torch.rand(self.num_envs, device=self.device) * 2 - 1) * self.cfg.init_angle_range
         self.sim.qpos[:, 0] = torch.where(mask, angle, self.sim.qpos[:, 0])
         self.sim.qvel[:, 0] = torch.where(mask, torch.zeros_like(angle), self.sim.qvel[:, 0])
-
-    def _reward_upright(self) -> torch.Tensor:
-        return 0.5 * (1.0 + torch.cos(self.sim.qpos[:, 0]))  # 1 upright
-
-    def _reward_small_control(self) -> torch.Tensor:
-        return torch.exp(-self.actions[:, 0].square())
 
 
 # Step 4: registration: a name, a description, and default configs that train out of the box.

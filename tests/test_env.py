@@ -138,3 +138,43 @@ def test_skipping_the_reset_work_in_steps_where_no_episode_ends_changes_no_state
         obs_b, rew_b, dones_b, _ = resetting.step(torch.zeros(NUM_ENVS, 1))
         assert not dones_a.any() and torch.equal(dones_a, dones_b)
         assert torch.equal(obs_a["actor"], obs_b["actor"]) and torch.equal(rew_a, rew_b)
+
+
+def _cartpole_with(**attributes):
+    """Cartpole-Balance's environment class with `attributes` replaced, and a config of 2 environments."""
+    from mjfleet.tasks.cartpole.env import CartpoleEnv
+
+    cfg = get_task("Cartpole-Balance").env_config()
+    cfg.num_envs = 2
+    return type("EditedCartpoleEnv", (CartpoleEnv,), attributes), cfg
+
+
+def test_a_reward_weight_without_a_term_fails_when_the_env_is_built_and_names_the_old_method_form():
+    from mjfleet.tasks.cartpole import rewards
+
+    terms = {name: fn for name, fn in rewards.TERMS.items() if name != "centered"}
+    cls, cfg = _cartpole_with(reward_terms=terms, _reward_centered=rewards.centered)
+    with pytest.raises(
+        ValueError, match="reward weight\\(s\\) centered of CartpoleRewards name no entry"
+    ) as err:
+        cls(cfg, "cpu")
+    assert "reward_terms = {'centered': _reward_centered, ...}" in str(err.value)
+
+
+def test_a_reward_term_without_a_weight_fails_when_the_env_is_built():
+    from mjfleet.tasks.cartpole import rewards
+
+    cls, cfg = _cartpole_with(reward_terms={**rewards.TERMS, "centred": rewards.centered})
+    with pytest.raises(ValueError, match="reward term\\(s\\) centred have no weight in CartpoleRewards"):
+        cls(cfg, "cpu")
+
+
+def test_each_enabled_reward_term_is_the_tables_function_weighted(env):
+    from mjfleet.tasks.cartpole import rewards
+
+    _, reward, dones, _ = env.step(torch.zeros(NUM_ENVS, 1))
+    expected = sum(weight * rewards.TERMS[name](env) for name, weight in env.reward_weights.items())
+    enabled = ["upright", "centered", "small_control", "small_velocity"]  # upright_product has weight 0
+    assert env._reward_names == enabled
+    kept = ~dones  # (an environment that was reset in the step holds its new episode's state)
+    assert kept.any() and torch.allclose(reward[kept], expected[kept])

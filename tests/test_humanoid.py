@@ -13,7 +13,7 @@ from task_envs import make_task_env
 
 from mjfleet.rl import FleetRunner
 from mjfleet.tasks import get_task, task_names
-from mjfleet.tasks.humanoid import HumanoidEnv
+from mjfleet.tasks.humanoid import HumanoidEnv, rewards
 
 FLAT, ROUGH = "Humanoid-Velocity-Flat", "Humanoid-Velocity-Rough"
 NUM_ENVS = 4
@@ -130,7 +130,7 @@ def test_lifting_one_foot_is_single_stance_rewarded_only_while_walking_is_comman
     flat.sim.forward()
     _physics_only(flat)
     assert flat.foot_contact[:2, 1].all() and not flat.foot_contact[:2, 0].any()
-    stance = flat._reward_single_stance()
+    stance = rewards.single_stance(flat)
     assert stance[0] == 1.0 and stance[1] == 0.0
 
 
@@ -138,10 +138,10 @@ def test_feet_sliding_on_the_ground_are_penalised_and_still_feet_are_not(flat):
     _stand_at_home(flat)
     for _ in range(3):
         _physics_only(flat)
-    still = flat._reward_feet_slide()
+    still = rewards.feet_slide(flat)
     flat.sim.qvel[0, 0] = 1.0  # robot 0's whole body slides forward at 1 m/s
     _physics_only(flat)
-    slide = flat._reward_feet_slide()
+    slide = rewards.feet_slide(flat)
     assert slide[0] > 0.5 and (still < 0.05).all() and (slide[1:] < 0.05).all()
 
 
@@ -150,19 +150,19 @@ def test_a_low_swinging_foot_is_penalised_by_foot_clearance(flat):
     flat.foot_contact[:] = torch.tensor([False, True])  # the left foot swings ...
     flat.foot_vel_xy[:] = 0.0
     flat.foot_vel_xy[0, 0, 0] = 1.0  # ... and moves on robot 0 only, at sole height ~0
-    penalty = flat._reward_foot_clearance()
+    penalty = rewards.foot_clearance(flat)
     target = flat.cfg.foot_clearance_height
     assert penalty[0] == pytest.approx(target**2, rel=0.1) and (penalty[1:] == 0).all()
 
 
 def test_arm_and_waist_deviation_grows_with_the_distance_from_the_default_pose(flat):
     _stand_at_home(flat)
-    base = flat._reward_joint_deviation_upper()
+    base = rewards.joint_deviation_upper(flat)
     flat.sim.qpos[0, 7 + flat.joint_names.index("left_elbow_joint")] += 0.3
     flat.sim.qpos[0, 7 + flat.joint_names.index("waist_yaw_joint")] -= 0.2
-    dev = flat._reward_joint_deviation_upper()
+    dev = rewards.joint_deviation_upper(flat)
     assert dev[0] == pytest.approx(0.5, abs=1e-4) and torch.allclose(dev[1:], base[1:])
-    assert (flat._reward_joint_deviation_hips() < 1e-4).all()
+    assert (rewards.joint_deviation_hips(flat) < 1e-4).all()
 
 
 def test_crossed_legs_are_a_self_contact_and_terminate(flat):

@@ -20,6 +20,7 @@ from mjfleet.rl import FleetRunner
 from mjfleet.tasks import get_task, task_names
 from mjfleet.tasks.locomotion import LocomotionEnv, Terrain, TerrainConfig
 from mjfleet.tasks.locomotion.math import quat_from_yaw, quat_rotate
+from mjfleet.tasks.locomotion.mdp import commands, events, observations, rewards
 
 FLAT, ROUGH = "Quadruped-Velocity-Flat", "Quadruped-Velocity-Rough"
 NUM_ENVS = 6
@@ -262,7 +263,7 @@ def test_a_share_of_commands_is_standing_still(flat):
     torch.manual_seed(1)
     draws = []
     for _ in range(50):
-        flat._resample_commands(torch.ones(NUM_ENVS, dtype=torch.bool))
+        commands.resample_commands(flat, torch.ones(NUM_ENVS, dtype=torch.bool))
         draws.append(flat.commands.clone())
     draws = torch.cat(draws)
     standing = (draws == 0).all(dim=1).float().mean()
@@ -291,16 +292,16 @@ def test_tracking_rewards_are_highest_when_the_base_velocity_matches_the_command
     _set_base_velocity(flat, lin, torch.tensor([0.0, 0.0, 0.5]).repeat(NUM_ENVS, 1))
     # in the world frame the matching velocity points along each robot's own heading
     assert not torch.allclose(flat.sim.qvel[0, 0:2], flat.sim.qvel[-1, 0:2], atol=0.1)
-    lin_match, ang_match = flat._reward_track_lin_vel_xy(), flat._reward_track_ang_vel_z()
+    lin_match, ang_match = rewards.track_lin_vel_xy(flat), rewards.track_ang_vel_z(flat)
     assert torch.allclose(lin_match, torch.ones(NUM_ENVS), atol=1e-5)
     assert torch.allclose(ang_match, torch.ones(NUM_ENVS), atol=1e-5)
     _set_base_velocity(flat, torch.zeros(NUM_ENVS, 3), torch.zeros(NUM_ENVS, 3))
-    assert (flat._reward_track_lin_vel_xy() < lin_match - 0.5).all()
-    assert (flat._reward_track_ang_vel_z() < ang_match - 0.5).all()
+    assert (rewards.track_lin_vel_xy(flat) < lin_match - 0.5).all()
+    assert (rewards.track_ang_vel_z(flat) < ang_match - 0.5).all()
     # a velocity matching the command in the world frame but not in the base frame is not rewarded
     flat.sim.qvel[:, 0:3] = lin
     flat._update_base_state()
-    assert flat._reward_track_lin_vel_xy()[0] < 0.5
+    assert rewards.track_lin_vel_xy(flat)[0] < 0.5
 
 
 def test_reward_weights_reward_tracking_and_penalise_everything_else(flat):
@@ -327,25 +328,25 @@ def test_reward_weights_reward_tracking_and_penalise_everything_else(flat):
 def test_penalty_terms_grow_with_what_they_penalise(flat):
     _stand_at_home(flat)
     _set_base_velocity(flat, torch.zeros(NUM_ENVS, 3), torch.zeros(NUM_ENVS, 3))
-    still = {n: getattr(flat, f"_reward_{n}")().clone() for n in ("lin_vel_z", "ang_vel_xy", "orientation")}
+    still = {n: rewards.TERMS[n](flat).clone() for n in ("lin_vel_z", "ang_vel_xy", "orientation")}
     _set_base_velocity(
         flat,
         torch.tensor([0.0, 0.0, 0.5]).repeat(NUM_ENVS, 1),
         torch.tensor([0.7, -0.3, 0.0]).repeat(NUM_ENVS, 1),
     )
-    assert (flat._reward_lin_vel_z() > still["lin_vel_z"]).all()
-    assert (flat._reward_ang_vel_xy() > still["ang_vel_xy"]).all()
+    assert (rewards.lin_vel_z(flat) > still["lin_vel_z"]).all()
+    assert (rewards.ang_vel_xy(flat) > still["ang_vel_xy"]).all()
     tilt = torch.tensor([math.cos(0.2), math.sin(0.2), 0.0, 0.0])  # 0.4 rad roll
     flat.sim.qpos[:, 3:7] = tilt
     flat._update_base_state()
-    assert (flat._reward_orientation() > still["orientation"] + 0.1).all()
+    assert (rewards.orientation(flat) > still["orientation"] + 0.1).all()
     flat.actions.fill_(0.5)
     flat.last_actions.zero_()
-    assert torch.allclose(flat._reward_action_rate(), torch.full((NUM_ENVS,), 12 * 0.25))
+    assert torch.allclose(rewards.action_rate(flat), torch.full((NUM_ENVS,), 12 * 0.25))
     flat.sim.qpos[:, 7:19] = flat.default_joint_pos
-    assert (flat._reward_joint_limits() == 0).all()
+    assert (rewards.joint_limits(flat) == 0).all()
     flat.sim.qpos[:, 9] = -2.8  # FR calf near its lower limit: beyond the soft limit
-    assert (flat._reward_joint_limits() > 0.05).all()
+    assert (rewards.joint_limits(flat) > 0.05).all()
 
 
 def test_feet_air_time_rewards_long_steps_and_penalises_short_ones_while_moving(flat):
@@ -354,11 +355,11 @@ def test_feet_air_time_rewards_long_steps_and_penalises_short_ones_while_moving(
     flat.first_contact[:, 0] = True
     flat._touchdown_air_time.zero_()
     flat._touchdown_air_time[:, 0] = 0.8
-    assert torch.allclose(flat._reward_feet_air_time(), torch.full((NUM_ENVS,), 0.3))
+    assert torch.allclose(rewards.feet_air_time(flat), torch.full((NUM_ENVS,), 0.3))
     flat._touchdown_air_time[:, 0] = 0.1
-    assert (flat._reward_feet_air_time() < 0).all()
+    assert (rewards.feet_air_time(flat) < 0).all()
     flat.commands.zero_()
-    assert (flat._reward_feet_air_time() == 0).all()
+    assert (rewards.feet_air_time(flat) == 0).all()
 
 
 def test_step_rewards_are_clipped_at_zero_so_falling_early_never_pays(flat):
@@ -367,8 +368,8 @@ def test_step_rewards_are_clipped_at_zero_so_falling_early_never_pays(flat):
     for step in range(5):
         if step == 4:  # every episode ends here (a time-out), so the episode log reports their sums
             flat.episode_length_buf.fill_(flat.max_episode_length - 1)
-        _, rewards, _, extras = flat.step(3.0 * torch.randn(NUM_ENVS, 12))  # violent: big penalties
-        assert (rewards >= 0).all()
+        _, reward, _, extras = flat.step(3.0 * torch.randn(NUM_ENVS, 12))  # violent: big penalties
+        assert (reward >= 0).all()
     assert extras["episodes_finished"] == NUM_ENVS
     assert extras["log"]["Episode_Reward/action_rate"] < 0  # the per-term logs are not clipped
 
@@ -420,12 +421,12 @@ def test_a_diverged_world_is_a_nan_reset_not_a_fall_and_keeps_the_logs_finite(fl
     flat.sim.qpos[0, 3:7] = torch.tensor([0.0, 1.0, 0.0, 0.0])  # robot 0 upside down: a fall
     flat.sim.qpos[0, 2] = 0.15
     flat.sim.qvel[1, 0] = float("nan")  # robot 1's physics blew up
-    _, rewards, dones, extras = flat.step(_zero_action(flat))
+    _, reward, dones, extras = flat.step(_zero_action(flat))
     log = extras["log"]
     assert dones[0] and dones[1] and flat.terminated[1]
     assert log["Sim/nan_resets"] == 1
     assert log["Episode_Termination/fell"] == pytest.approx(1 / extras["episodes_finished"].item())
-    assert torch.isfinite(extras["log_packed"]).all() and torch.isfinite(rewards).all()
+    assert torch.isfinite(extras["log_packed"]).all() and torch.isfinite(reward).all()
 
 
 def test_trunk_contact_terminates(flat):
@@ -448,9 +449,9 @@ def test_environment_steps_inside_and_outside_inference_mode(flat):
     with torch.inference_mode():
         inside = flat.step(torch.randn(NUM_ENVS, 12))
     outside = flat.step(torch.randn(NUM_ENVS, 12))
-    for obs, rewards, dones, _ in (inside, outside):
+    for obs, reward, dones, _ in (inside, outside):
         assert obs["actor"].shape == (NUM_ENVS, 48) and torch.isfinite(obs["actor"]).all()
-        assert rewards.shape == dones.shape == (NUM_ENVS,) and torch.isfinite(rewards).all()
+        assert reward.shape == dones.shape == (NUM_ENVS,) and torch.isfinite(reward).all()
     flat.reset()
 
 
@@ -503,7 +504,7 @@ def test_height_scan_matches_the_height_map_at_known_points(rough):
     base_z = 1.0
     rough.sim.qpos[0, 0:3] = torch.tensor([j0 * hs, i0 * hs, base_z])
     rough.sim.qpos[0, 3:7] = quat_from_yaw(torch.tensor(math.pi / 2))
-    scan = rough.height_scan()[0]
+    scan = observations.height_scan(rough)[0]
     offset = rough.cfg.height_scan.offset
     for k in (0, 40, 93, 186):
         px, py = rough.scan_points[k].tolist()
@@ -561,7 +562,7 @@ def test_curriculum_keeps_levels_in_range(rough):
         rough._root_xy.copy_(rough.env_origins[:, 0:2])  # the easiest-level robots did not move...
         rough._root_xy[1::2, 0] += 6.0  # ...the top-level ones walked far
         rough.commands[:] = torch.tensor([1.0, 0.0, 0.0])
-        rough._update_curriculum(torch.ones(NUM_ENVS, dtype=torch.bool))
+        events.update_terrain_levels(rough, torch.ones(NUM_ENVS, dtype=torch.bool))
         assert (rough.terrain_levels[0::2] == 0).all()  # cannot go below the easiest level
         assert ((rough.terrain_levels >= 0) & (rough.terrain_levels <= top)).all()
         solved_levels += rough.terrain_levels[1::2].tolist()

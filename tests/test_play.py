@@ -254,7 +254,7 @@ def test_play_usage_errors_are_one_line_with_exit_status_2(args, needle, tmp_pat
 
 
 def test_exporting_an_older_checkpoint_notes_that_it_replaces_a_newer_export(tmp_path, capsys):
-    from mjfleet.cli.play import _note_replaced_export
+    from mjfleet.play.export import note_replaced_export as _note_replaced_export
 
     metadata = tmp_path / "policy.json"
     _note_replaced_export(metadata, 100)  # nothing exported yet
@@ -284,7 +284,7 @@ def test_the_quadrupeds_export_names_each_actions_joint_and_its_pd_gains():
 def test_play_notes_only_the_env_settings_that_differ_from_training(capsys):
     import dataclasses
 
-    from mjfleet.cli.play import _notice_differences
+    from mjfleet.play.settings import notice_differences as _notice_differences
     from mjfleet.tasks import get_task
 
     spec = get_task("Quadruped-Velocity-Flat")
@@ -358,7 +358,9 @@ def test_eval_json_records_whether_play_or_training_env_settings_were_used(train
 def test_the_play_settings_are_not_reported_as_differences_from_training(task, capsys):
     import dataclasses
 
-    from mjfleet.cli.play import _notice_differences, _play_setting_keys, parse_args
+    from mjfleet.cli.play import parse_args
+    from mjfleet.play.settings import notice_differences as _notice_differences
+    from mjfleet.play.settings import play_setting_keys as _play_setting_keys
     from mjfleet.tasks import get_task
 
     spec = get_task(task)

@@ -1,8 +1,10 @@
 """A vectorised MuJoCo-Warp environment with the rsl_rl `VecEnv` interface.
 
-A task subclasses `MujocoVecEnv` and fills in a handful of hooks (model, observations, reward terms,
-terminations, reset randomisation). Everything here works on whole batches of environments on the
-simulation's device: no Python loops over environments, no host synchronisation inside `step`.
+A task subclasses `MujocoVecEnv`, fills in a handful of hooks (model, observations, terminations, reset
+randomisation) and lists its reward terms, plain functions `fn(env) -> (num_envs,) tensor`, by name in the class's
+`reward_terms` table (each weighted by the field of the same name in the task's reward weights). Everything here
+works on whole batches of environments on the simulation's device: no Python loops over environments, no host
+synchronisation inside `step`.
 """
 
 from __future__ import annotations
@@ -10,6 +12,8 @@ from __future__ import annotations
 import dataclasses
 import math
 from abc import abstractmethod
+from collections.abc import Callable, Mapping
+from typing import Any, ClassVar
 
 import mujoco
 import torch
@@ -21,6 +25,9 @@ from mjfleet.envs.cuda_graph import CapturedFunction, try_capture
 from mjfleet.sim import Simulation
 
 NAN_RESETS_KEY = "Sim/nan_resets"
+
+RewardTerm = Callable[[Any], torch.Tensor]
+"""A reward term: the environment -> one value per environment, (num_envs,)."""
 
 
 class MujocoVecEnv(VecEnv):
@@ -38,6 +45,10 @@ class MujocoVecEnv(VecEnv):
     silenced_overflow_warnings: int = 0
     #: What an action does, for an exported policy's metadata (tasks say it in their own units).
     action_meaning: str = "actuator controls: ctrl = action_scale * action"
+    #: The task's reward terms by name: `fn(env)` returns a (num_envs,) tensor, weighted by the field of the same
+    #: name in `reward_config()` (a zero weight disables it). Every weight must name a term and every term have a
+    #: weight; both are checked when the environment is built.
+    reward_terms: ClassVar[Mapping[str, RewardTerm]] = {}
 
     def __init__(self, cfg: EnvConfig, device: str = "cpu") -> None:
         if cfg.num_envs is None or cfg.num_envs < 1:
@@ -79,7 +90,7 @@ class MujocoVecEnv(VecEnv):
         }
         # Reward terms are evaluated separately but weighted, summed and accumulated as one (terms, envs) tensor.
         self._reward_names = list(self.reward_weights)
-        self._reward_terms = [getattr(self, f"_reward_{name}") for name in self._reward_names]
+        self._reward_terms = self._bind_reward_terms(weights)
         self._reward_weight_column = torch.tensor(list(self.reward_weights.values()), device=dev).unsqueeze(1)
         # The episode log in one matrix-vector product with the mask of episodes that end: rows are each reward
         # term's running episode sum, this step's time-out flags, and ones (which count the episodes that end).
@@ -114,7 +125,8 @@ class MujocoVecEnv(VecEnv):
         """Allocate task buffers; called once after the simulation exists, before the first reset."""
 
     def reward_config(self):
-        """The dataclass of reward weights (default `cfg.rewards`): field `x` weights `_reward_x()`; 0 disables it."""
+        """The dataclass of reward weights (default `cfg.rewards`): field `x` weights `reward_terms["x"]`; 0
+        disables it."""
         return getattr(self.cfg, "rewards")  # noqa: B009 - tasks add the field to their EnvConfig subclass
 
     @abstractmethod
@@ -255,12 +267,38 @@ class MujocoVecEnv(VecEnv):
     def _compute_rewards(self) -> torch.Tensor:
         if not self._reward_terms:
             return torch.zeros_like(self.rewards)
-        terms = torch.stack([term() for term in self._reward_terms]) * self._reward_weight_column
+        terms = torch.stack([term(self) for term in self._reward_terms]) * self._reward_weight_column
         # A diverged world's terms may be NaN or infinite: 0 instead, in the reward and in the episode log
         # (one NaN in the episode sums would make that term's logged mean NaN on every worker).
         terms.nan_to_num_(nan=0.0, posinf=0.0, neginf=0.0)
         self._episode_sums += terms
         return terms.sum(dim=0)
+
+    def _bind_reward_terms(self, weights: Any) -> list[RewardTerm]:
+        """The term of each enabled weight, in `_reward_names` order; a weight without a term or a term without a
+        weight (a typo on either side) fails here, when the environment is built."""
+        fields = [f.name for f in dataclasses.fields(weights)]
+        cls = type(self).__name__
+        missing = [name for name in fields if name not in self.reward_terms]
+        if missing:
+            old = [name for name in missing if callable(getattr(self, f"_reward_{name}", None))]
+            hint = (
+                f"; reward terms are functions fn(env) listed in the class's reward_terms table, and a "
+                f"_reward_<name> method can be listed as it is: reward_terms = {{{old[0]!r}: _reward_{old[0]}, ...}}"
+                if old
+                else ""
+            )
+            raise ValueError(
+                f"{cls}: reward weight(s) {', '.join(missing)} of {type(weights).__name__} name no entry of "
+                f"{cls}.reward_terms (its terms: {', '.join(self.reward_terms) or 'none'}){hint}"
+            )
+        unweighted = [name for name in self.reward_terms if name not in fields]
+        if unweighted:
+            raise ValueError(
+                f"{cls}: reward term(s) {', '.join(unweighted)} have no weight in {type(weights).__name__} "
+                f"(its fields: {', '.join(fields) or 'none'})"
+            )
+        return [self.reward_terms[name] for name in self._reward_names]
 
     def _episode_log(self, dones: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(each reward term's episode sum and the time-out share, as means over the episodes that end in this

@@ -11,6 +11,7 @@ import torch
 
 from mjfleet.assets import asset_path
 from mjfleet.envs import MujocoVecEnv
+from mjfleet.tasks.cartpole import rewards
 from mjfleet.tasks.cartpole.config import CartpoleConfig
 
 OBSERVATION_TERMS = (
@@ -31,6 +32,7 @@ class CartpoleEnv(MujocoVecEnv):
         "force on the cart along the rail: the motor's ctrl = action_scale * action, clipped to ctrlrange [-1, 1], "
         "times its gear 10 N (so +-10 N at most)"
     )
+    reward_terms = rewards.TERMS  # each in [0, 1]
 
     def build_model(self) -> mujoco.MjModel:
         return mujoco.MjModel.from_xml_path(str(asset_path("cartpole.xml")))
@@ -87,25 +89,3 @@ class CartpoleEnv(MujocoVecEnv):
         m = mask.unsqueeze(1)
         self.sim.qpos.copy_(torch.where(m, initial[:, :2], self.sim.qpos))
         self.sim.qvel.copy_(torch.where(m, initial[:, 2:], self.sim.qvel))
-
-    # Reward terms, each in [0, 1].
-    def _reward_upright(self) -> torch.Tensor:
-        return torch.cos(self._theta).add_(1.0).mul_(0.5)
-
-    def _reward_centered(self) -> torch.Tensor:
-        return self._x.square().neg_().exp_()
-
-    def _reward_small_control(self) -> torch.Tensor:
-        return self._action.square().neg_().exp_()
-
-    def _reward_small_velocity(self) -> torch.Tensor:
-        return self._theta_dot.square().mul_(-0.25).exp_()
-
-    def _reward_upright_product(self) -> torch.Tensor:
-        return (
-            self._reward_upright()
-            * (1.0 + self._reward_centered())
-            * (4.0 + self._reward_small_control())
-            * (1.0 + self._reward_small_velocity())
-            / 20.0
-        )

@@ -7,6 +7,7 @@ from __future__ import annotations
 import mujoco
 import torch
 
+from mjfleet.tasks.humanoid import rewards
 from mjfleet.tasks.humanoid.config import HumanoidConfig
 from mjfleet.tasks.locomotion.env import ROUGH_NCONMAX, ROUGH_NJMAX, LocomotionEnv
 
@@ -34,6 +35,7 @@ class HumanoidEnv(LocomotionEnv):
     trunk = "torso_link"
     base_contact_geoms = ("pelvis", "torso", "head")
     undesired_contact_geoms = (*(f"{side}_{part}" for side in SIDES for part in ("thigh", "shin", "hand")),)
+    reward_terms = rewards.TERMS
 
     def simulation_sizes(self) -> dict:
         if self.terrain is None:
@@ -102,34 +104,3 @@ class HumanoidEnv(LocomotionEnv):
     def finish_step(self, log: dict[str, torch.Tensor], episodes_finished: torch.Tensor) -> None:
         super().finish_step(log, episodes_finished)
         log["Metrics/self_contact"] = (self.self_contacts > 0).float().mean()
-
-    # ---------------------------------------------------------------- rewards
-    def _reward_alive(self) -> torch.Tensor:
-        return (~self.terminated).float()
-
-    def _moving(self) -> torch.Tensor:
-        return self.commands[:, :2].norm(dim=1) > self.cfg.commands.min_speed
-
-    def _reward_single_stance(self) -> torch.Tensor:
-        return (self.foot_contact.sum(dim=1) == 1).float() * self._moving()
-
-    def _reward_feet_slide(self) -> torch.Tensor:
-        return (self.foot_vel_xy.norm(dim=-1) * self.foot_contact).sum(dim=1)
-
-    def _reward_foot_clearance(self) -> torch.Tensor:
-        shortfall = (self.cfg.foot_clearance_height - self.foot_height()).clamp(min=0.0)
-        swinging = ~self.foot_contact
-        return (shortfall.square() * self.foot_vel_xy.norm(dim=-1) * swinging).sum(dim=1)
-
-    def _reward_base_height(self) -> torch.Tensor:
-        return (self.base_height() - self.cfg.base_height_target).square()
-
-    def _joint_deviation(self, joints: torch.Tensor) -> torch.Tensor:
-        q = self.sim.qpos[:, self._qj] - self.default_joint_pos
-        return q[:, joints].abs().sum(dim=1)
-
-    def _reward_joint_deviation_upper(self) -> torch.Tensor:
-        return self._joint_deviation(self._upper_joints)
-
-    def _reward_joint_deviation_hips(self) -> torch.Tensor:
-        return self._joint_deviation(self._hip_joints)

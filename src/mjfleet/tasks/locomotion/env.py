@@ -4,6 +4,9 @@ Per policy step (50 Hz; 4 physics steps of 5 ms): actions are offsets from the d
 position-servo targets; the base state is read from qpos/qvel, foot contact from the feet's touch sensors and
 other contacts (trunk, thighs, calves) from the simulation's contact list, scattered per world on device.
 Everything is batched over environments with torch: no per-environment Python, no host synchronisation.
+
+The task's terms are plain functions of the environment in tasks/locomotion/mdp/ (commands, events, observations,
+rewards); this class holds the model, the buffers and the contact and base state, and calls the terms from its hooks.
 """
 
 from __future__ import annotations
@@ -19,7 +22,8 @@ from mujoco_warp import OverflowType
 from mjfleet.assets import asset_path
 from mjfleet.envs import NAN_RESETS_KEY, MujocoVecEnv
 from mjfleet.tasks.locomotion.config import LocomotionConfig
-from mjfleet.tasks.locomotion.math import projected_gravity, quat_from_yaw, quat_rotate_inverse, yaw_from_quat
+from mjfleet.tasks.locomotion.math import projected_gravity, quat_rotate_inverse
+from mjfleet.tasks.locomotion.mdp import commands, events, observations, rewards
 from mjfleet.tasks.locomotion.terrain import HeightMap, Terrain
 
 LEGS = ("FR", "FL", "RR", "RL")
@@ -51,6 +55,7 @@ class LocomotionEnv(MujocoVecEnv):
     # during training (the solver's limit: on rough ground, 72 lines in the first 40 iterations at 4,096 worlds on
     # a GPU); both are logged instead, as Metrics/sim_solver_limit and Metrics/sim_linesearch_limit.
     silenced_overflow_warnings = _ITERATIONS_BIT | _LS_ITERATIONS_BIT
+    reward_terms = rewards.TERMS
 
     # The robot, by the names in its model; another legged robot (tasks/humanoid) overrides these.
     asset = "quadruped.xml"
@@ -149,7 +154,7 @@ class LocomotionEnv(MujocoVecEnv):
         self.commands = torch.zeros(n, 3, device=dev)
         self._command_steps = torch.zeros(n, dtype=torch.long, device=dev)
         self.command_resample_steps = max(1, round(cfg.commands.resampling_time_s / self.step_dt))
-        self._push_steps = self._draw_push_steps()
+        self._push_steps = events.draw_push_steps(self)
         nfeet = len(self.feet)
         self.feet_air_time = torch.zeros(n, nfeet, device=dev)
         self.foot_contact = torch.zeros(n, nfeet, dtype=torch.bool, device=dev)
@@ -165,9 +170,12 @@ class LocomotionEnv(MujocoVecEnv):
         self._root_xy = torch.zeros(n, 2, device=dev)
 
         self._setup_terrain()
-        self._setup_height_scan()
-        self._randomize_physics()
-        self._actor_noise = self._noise_vector()
+        self.scan_points = observations.height_scan_points(
+            self.cfg.height_scan, self.terrain is not None, dev
+        )
+        """The height scan's grid (P, 2) in the base-heading frame; None without a scan."""
+        events.randomize_physics(self)
+        self._actor_noise = observations.actor_noise_scale(self)
 
     def _setup_terrain(self) -> None:
         n, dev, tcfg = self.num_envs, self.device, self.cfg.terrain
@@ -189,48 +197,6 @@ class LocomotionEnv(MujocoVecEnv):
         self._map_high = torch.tensor(
             [self.terrain.length_x - margin, self.terrain.length_y - margin], device=dev
         )
-
-    def _setup_height_scan(self) -> None:
-        scan = self.cfg.height_scan
-        if not scan.enabled:
-            self.scan_points = None
-            return
-        if self.terrain is None:
-            raise ValueError(
-                "height_scan.enabled needs terrain.kind='rough' (flat ground has nothing to scan)"
-            )
-        nx = round(scan.size[0] / scan.resolution) + 1
-        ny = round(scan.size[1] / scan.resolution) + 1
-        xs = torch.linspace(-scan.size[0] / 2, scan.size[0] / 2, nx, device=self.device)
-        ys = torch.linspace(-scan.size[1] / 2, scan.size[1] / 2, ny, device=self.device)
-        gx, gy = torch.meshgrid(xs, ys, indexing="ij")
-        self.scan_points = torch.stack((gx.reshape(-1), gy.reshape(-1)), dim=1)  # (P, 2), base-heading frame
-
-    def _randomize_physics(self) -> None:
-        """Start-up randomisation, once per environment: foot friction and added trunk mass."""
-        ev, n, dev = self.cfg.events, self.num_envs, self.device
-        friction = self.sim.model_view("geom_friction")  # (n, ngeom, 3), one copy per world
-        if ev.foot_friction is None:  # nominal: the model's own (what the critic observes, too)
-            self.foot_friction = friction[:, self.foot_geoms[0], 0].clone()
-        else:
-            self.foot_friction = _uniform_range((n,), ev.foot_friction, dev)
-            friction[:, self.foot_geoms, 0] = self.foot_friction.unsqueeze(1)
-        if ev.added_trunk_mass is None:  # nominal: the model's own mass
-            self.added_mass = torch.zeros(n, device=dev)
-        else:
-            self.added_mass = _uniform_range((n,), ev.added_trunk_mass, dev)
-        mass = self.sim.model_view("body_mass")  # (n, nbody)
-        mass[:, self.trunk_body] += self.added_mass
-        self.sim.set_constants()  # the subtree masses and inverse weights of each world's heavier or lighter trunk
-
-    def _noise_vector(self) -> torch.Tensor:
-        """The actor's noise half-range per observation column, from the terms `compute_observations` uses."""
-        nz = self.cfg.noise
-        parts = [(noise, value.shape[1]) for _, value, noise in self._proprio_terms()]
-        if self.scan_points is not None and self.cfg.height_scan.in_actor:
-            parts.append((nz.height_scan, self.scan_points.shape[0]))
-        scale = torch.cat([torch.full((k,), float(v)) for v, k in parts]).to(self.device)
-        return scale if nz.enabled else torch.zeros_like(scale)
 
     # ---------------------------------------------------------------- actions
     def apply_actions(self, actions: torch.Tensor) -> None:
@@ -271,23 +237,14 @@ class LocomotionEnv(MujocoVecEnv):
         torch.mul(self.feet_air_time, self.first_contact, out=self._touchdown_air_time)
         self.feet_air_time *= ~contact
 
-        torch.norm(self.commands[:, :2] - self.base_lin_vel[:, :2], dim=1, out=self._lin_vel_error)
-        torch.abs(self.commands[:, 2] - self.base_ang_vel[:, 2], out=self._ang_vel_error)
-        # What the robots did, to hold against a fixed evaluation command: the mean base-frame (vx, vy, wz).
-        achieved = torch.cat((self.base_lin_vel[:, :2], self.base_ang_vel[:, 2:3]), dim=1)
-        torch.mean(achieved.nan_to_num(0.0, 0.0, 0.0), dim=0, out=self._mean_base_vel)
+        commands.update_tracking_metrics(self)
 
         # Commands: redrawn every resampling interval, counted in policy steps since the last draw (the draw itself
         # waits for `before_observations`: this step's reward and curriculum judge the command the policy saw).
         self._command_steps += 1
 
-        # Pushes: add a random horizontal velocity to the base when an environment's timer runs out.
         if cfg.events.push_velocity > 0:
-            self._push_steps -= 1
-            push = self._push_steps <= 0
-            dv = (torch.rand(self.num_envs, 2, device=self.device) * 2 - 1) * cfg.events.push_velocity
-            self.sim.qvel[:, 0:2] += dv * push.unsqueeze(1)
-            self._push_steps.copy_(torch.where(push, self._draw_push_steps(), self._push_steps))
+            events.push_robots(self)
 
         self._root_xy.copy_(self.sim.qpos[:, 0:2])
         if self.terrain is not None:
@@ -296,29 +253,7 @@ class LocomotionEnv(MujocoVecEnv):
             self.episode_length_buf.masked_fill_(off_map, self.max_episode_length)
 
     def before_observations(self) -> None:
-        self._resample_commands(self._command_steps >= self.command_resample_steps)
-
-    def _resample_commands(self, mask: torch.Tensor) -> None:
-        c, n, dev = self.cfg.commands, self.num_envs, self.device
-        new = torch.stack(
-            (
-                _uniform_range((n,), c.lin_vel_x, dev),
-                _uniform_range((n,), c.lin_vel_y, dev),
-                _uniform_range((n,), c.ang_vel_z, dev),
-            ),
-            dim=1,
-        )
-        standing = torch.rand(n, device=dev) < c.standing_fraction
-        new[:, :2] *= (new[:, :2].norm(dim=1, keepdim=True) >= c.min_speed).float()
-        new *= (~standing).float().unsqueeze(1)
-        self.commands.copy_(torch.where(mask.unsqueeze(1), new, self.commands))
-        self._command_steps.masked_fill_(mask, 0)
-
-    def _draw_push_steps(self) -> torch.Tensor:
-        """Policy steps until the next push, drawn for every environment (callers pick with a mask)."""
-        low, high = (t / self.step_dt for t in self.cfg.events.push_interval_s)
-        steps = low + torch.rand(self.num_envs, device=self.device) * (high - low)
-        return steps.long().clamp(min=1)
+        commands.resample_due_commands(self)
 
     def terrain_height(self, xy: torch.Tensor) -> torch.Tensor:
         """Ground height under world points `xy` (..., 2): 0 on flat ground."""
@@ -326,65 +261,13 @@ class LocomotionEnv(MujocoVecEnv):
             return torch.zeros(xy.shape[:-1], device=self.device)
         return self.height_map(xy)
 
-    def height_scan(self) -> torch.Tensor:
-        """(num_envs, P) base height above the terrain at the scan points, minus the offset, clipped to [-1, 1]."""
-        if self.scan_points is None:
-            raise RuntimeError("height_scan() needs height_scan.enabled (and rough terrain)")
-        yaw = yaw_from_quat(self.sim.qpos[:, 3:7])
-        c, s = torch.cos(yaw).unsqueeze(1), torch.sin(yaw).unsqueeze(1)
-        px, py = self.scan_points[:, 0], self.scan_points[:, 1]
-        world = torch.stack(
-            (self.sim.qpos[:, 0:1] + c * px - s * py, self.sim.qpos[:, 1:2] + s * px + c * py), dim=-1
-        )
-        heights = self.terrain_height(world)
-        scan = self.sim.qpos[:, 2:3] - heights - self.cfg.height_scan.offset
-        return scan.clamp(-1.0, 1.0)
-
     # ----------------------------------------------------------- observations
-    def _proprio_terms(self) -> list[tuple[str, torch.Tensor, float]]:
-        """The proprioceptive observation terms in order: (name, value, the half-range of the uniform noise the
-        actor sees on it (0: exact)). The observations, their names and the noise vector are all built from this
-        list."""
-        nz, qpos, qvel = self.cfg.noise, self.sim.qpos, self.sim.qvel
-        return [
-            ("base_lin_vel", self.base_lin_vel, nz.lin_vel),
-            ("base_ang_vel", self.base_ang_vel, nz.ang_vel),
-            ("projected_gravity", self.gravity_b, nz.gravity),
-            ("velocity_command", self.commands, 0.0),
-            ("joint_pos_rel_default", qpos[:, self._qj] - self.default_joint_pos, nz.joint_pos),
-            ("joint_vel", qvel[:, self._vj], nz.joint_vel),
-            ("last_action", self.last_actions, 0.0),
-        ]
-
-    def _privileged_terms(self) -> list[tuple[str, torch.Tensor]]:
-        """The critic's extra terms, in order, after the proprioceptive ones: (name, value)."""
-        qpos = self.sim.qpos
-        return [
-            ("foot_contact", self.foot_contact.float()),
-            ("foot_friction", self.foot_friction.unsqueeze(1)),
-            ("added_trunk_mass", self.added_mass.unsqueeze(1)),
-            ("base_height", (qpos[:, 2] - self.terrain_height(qpos[:, 0:2])).unsqueeze(1)),
-        ]
-
     def observation_terms(self) -> dict[str, list[tuple[str, int]]]:
-        proprio = [(name, value.shape[1]) for name, value, _ in self._proprio_terms()]
-        privileged = [(name, value.shape[1]) for name, value in self._privileged_terms()]
-        scan = [] if self.scan_points is None else [("height_scan", self.scan_points.shape[0])]
-        actor_scan = scan if self.cfg.height_scan.in_actor else []
-        return {"actor": proprio + actor_scan, "critic": proprio + privileged + scan}
+        return observations.observation_terms(self)
 
     def compute_observations(self) -> dict[str, torch.Tensor]:
         self._update_base_state()  # environments may have just been reset
-        proprio = torch.cat([value for _, value, _ in self._proprio_terms()], dim=1)
-        privileged = [value for _, value in self._privileged_terms()]
-        actor_clean, critic = proprio, [proprio, *privileged]
-        if self.scan_points is not None:
-            scan = self.height_scan()
-            critic.append(scan)
-            if self.cfg.height_scan.in_actor:
-                actor_clean = torch.cat((proprio, scan), dim=1)
-        noise = (torch.rand_like(actor_clean) * 2 - 1) * self._actor_noise
-        return {"actor": actor_clean + noise, "critic": torch.cat(critic, dim=1)}
+        return observations.compute_observations(self)
 
     # ----------------------------------------------------------- terminations
     def compute_terminations(self) -> torch.Tensor:
@@ -394,52 +277,12 @@ class LocomotionEnv(MujocoVecEnv):
 
     # ----------------------------------------------------------------- resets
     def randomize_reset_state(self, mask: torch.Tensor) -> None:
-        ev, n, dev = self.cfg.events, self.num_envs, self.device
         if self.curriculum:
-            self._update_curriculum(mask)
-        offset = _uniform((n, 2), ev.spawn_xy, dev)
-        xy = self.env_origins[:, :2] + offset
-        if self.height_map is not None:
-            # Stand above the highest ground under the robot's footprint, whatever its heading.
-            grid = torch.linspace(-0.3, 0.3, 5, device=dev)
-            footprint = torch.stack(torch.meshgrid(grid, grid, indexing="ij"), dim=-1).reshape(-1, 2)
-            ground = self.height_map(xy.unsqueeze(1) + footprint).amax(dim=1)
-        else:
-            ground = torch.zeros(n, device=dev)
-        yaw = (torch.rand(n, device=dev) * 2 - 1) * math.pi
-        nj = len(self.joint_names)
-        joints = self.default_joint_pos + _uniform((n, nj), ev.joint_pos, dev)
-        joints = torch.maximum(torch.minimum(joints, self.joint_upper), self.joint_lower)
-        qpos = torch.cat((xy, (ground + ev.spawn_height).unsqueeze(1), quat_from_yaw(yaw), joints), dim=1)
-        qvel = torch.cat(
-            (
-                _uniform((n, 3), ev.base_lin_vel, dev),
-                _uniform((n, 3), ev.base_ang_vel, dev),
-                _uniform((n, nj), ev.joint_vel, dev),
-            ),
-            dim=1,
-        )
-        m = mask.unsqueeze(1)
-        self.sim.qpos.copy_(torch.where(m, qpos, self.sim.qpos))
-        self.sim.qvel.copy_(torch.where(m, qvel, self.sim.qvel))
-        self._root_xy.copy_(torch.where(m, xy, self._root_xy))
-
-    def _update_curriculum(self, mask: torch.Tensor) -> None:
-        """Robots that walked past their tile's edge move a level up; those that covered less than half the
-        distance their command asked for move a level down. Robots beyond the top level restart at a random one."""
-        distance = (self._root_xy - self.env_origins[:, :2]).norm(dim=1)
-        move_up = distance > 0.5 * self.cfg.terrain.tile_size
-        asked = self.commands[:, :2].norm(dim=1) * self.cfg.episode_length_s
-        move_down = (distance < 0.5 * asked) & ~move_up
-        levels = self.terrain_levels + mask.long() * (move_up.long() - move_down.long())
-        levels = torch.where(
-            levels >= self.num_levels, torch.randint_like(levels, self.num_levels), levels.clamp(min=0)
-        )
-        self.terrain_levels.copy_(levels)
-        self.env_origins.copy_(self.tile_origins[levels, self.terrain_types])
+            events.update_terrain_levels(self, mask)
+        events.reset_robot_state(self, mask)
 
     def on_reset(self, mask: torch.Tensor) -> None:
-        self._resample_commands(mask)
+        commands.resample_commands(self, mask)
         m = mask.unsqueeze(1)
         self.feet_air_time.masked_fill_(m, 0.0)
         self._touchdown_air_time.masked_fill_(m, 0.0)
@@ -467,52 +310,3 @@ class LocomotionEnv(MujocoVecEnv):
         log["Metrics/sim_linesearch_limit"] = ((self._overflow & _LS_ITERATIONS_BIT) != 0).float().mean()
         if self.curriculum:
             log["Metrics/terrain_level"] = self.terrain_levels.float().mean()
-
-    # ---------------------------------------------------------------- rewards
-    def _reward_track_lin_vel_xy(self) -> torch.Tensor:
-        error = (self.commands[:, :2] - self.base_lin_vel[:, :2]).square().sum(dim=1)
-        return torch.exp(-error / self.cfg.tracking_sigma)
-
-    def _reward_track_ang_vel_z(self) -> torch.Tensor:
-        error = (self.commands[:, 2] - self.base_ang_vel[:, 2]).square()
-        return torch.exp(-error / self.cfg.tracking_sigma)
-
-    def _reward_lin_vel_z(self) -> torch.Tensor:
-        return self.base_lin_vel[:, 2].square()
-
-    def _reward_ang_vel_xy(self) -> torch.Tensor:
-        return self.base_ang_vel[:, :2].square().sum(dim=1)
-
-    def _reward_orientation(self) -> torch.Tensor:
-        return self.gravity_b[:, :2].square().sum(dim=1)
-
-    def _reward_torques(self) -> torch.Tensor:
-        return self._actuator_force.square().sum(dim=1)
-
-    def _reward_joint_acc(self) -> torch.Tensor:
-        return self.sim.qacc[:, self._vj].square().sum(dim=1)
-
-    def _reward_action_rate(self) -> torch.Tensor:
-        return (self.actions - self.last_actions).square().sum(dim=1)
-
-    def _reward_joint_limits(self) -> torch.Tensor:
-        q = self.sim.qpos[:, self._qj]
-        below = (self.soft_joint_lower - q).clamp(min=0.0)
-        above = (q - self.soft_joint_upper).clamp(min=0.0)
-        return (below + above).sum(dim=1)
-
-    def _reward_undesired_contacts(self) -> torch.Tensor:
-        return (self.contact_counts[:, self.leg_geoms] > 0).float().sum(dim=1)
-
-    def _reward_feet_air_time(self) -> torch.Tensor:
-        threshold = self.cfg.feet_air_time_threshold
-        reward = ((self._touchdown_air_time - threshold) * self.first_contact).sum(dim=1)
-        return reward * (self.commands[:, :2].norm(dim=1) > self.cfg.commands.min_speed)
-
-
-def _uniform(shape, half_range: float, device) -> torch.Tensor:
-    return (torch.rand(shape, device=device) * 2.0 - 1.0) * half_range
-
-
-def _uniform_range(shape, bounds: tuple[float, float], device) -> torch.Tensor:
-    return bounds[0] + torch.rand(shape, device=device) * (bounds[1] - bounds[0])

@@ -1,4 +1,4 @@
-"""Batched quaternion helpers in torch. Quaternions are MuJoCo's (w, x, y, z), unit length, shape (..., 4)."""
+"""Batched math helpers in torch: quaternions (MuJoCo's (w, x, y, z), unit length, shape (..., 4)) and uniform draws."""
 
 from __future__ import annotations
 
@@ -42,3 +42,13 @@ def projected_gravity(q: torch.Tensor) -> torch.Tensor:
         (2.0 * (w * y - x * z), -2.0 * (w * x + y * z), -(1.0 - 2.0 * (x * x + y * y))),
         dim=-1,
     )
+
+
+def uniform(shape, half_range: float, device) -> torch.Tensor:
+    """Uniform draws in [-half_range, half_range)."""
+    return (torch.rand(shape, device=device) * 2.0 - 1.0) * half_range
+
+
+def uniform_range(shape, bounds: tuple[float, float], device) -> torch.Tensor:
+    """Uniform draws in [bounds[0], bounds[1])."""
+    return bounds[0] + torch.rand(shape, device=device) * (bounds[1] - bounds[0])

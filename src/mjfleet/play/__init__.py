@@ -1,0 +1,15 @@
+"""`play`'s work: evaluate one policy on a task, with its optional video, live viewer, baselines and export.
+
+`cli/play.py` parses the flags and calls `play` (play/job.py), which wires the modules here:
+
+    settings.py   the task's play settings, and notes where the env settings differ from training
+    policy.py     what acts: a checkpoint (found and read) or a zero/random baseline
+    video.py      the mp4 of one environment
+    viewer.py     the live view of one environment
+    export.py     the ONNX/TorchScript export of a checkpoint's policy
+    report.py     the printed summary and the trained/zero/random table
+"""
+
+from mjfleet.play.job import play
+
+__all__ = ["play"]

@@ -1,0 +1,192 @@
+"""One `play` job end to end: settings, device, policy, environment, evaluation, outputs, eval.json."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import pathlib
+import time
+from typing import Any
+
+from mjfleet.errors import UsageError
+from mjfleet.play.policy import PolicySource, act_fn, baseline_policy, build_checkpoint_actor, choose_policy
+from mjfleet.play.report import print_summary
+from mjfleet.play.settings import (
+    fix_command,
+    notice_differences,
+    play_setting_keys,
+    print_play_settings,
+)
+from mjfleet.runs.run_dir import atomic_write_text, to_plain
+
+DEFAULT_NUM_ENVS = 16
+"""Environments evaluated in parallel when neither --num-envs nor --env.num-envs is given."""
+
+
+def play(task_name: str, flags: Any) -> dict[str, Any]:
+    """Evaluate the policy `flags` choose on `task_name`, write eval.json, print its summary and return it.
+
+    `flags` are cli/play.py's PlayFlags, already checked (`check_flags`), with the task's `env` and `agent`."""
+    import torch
+    import warp as wp
+
+    from mjfleet.tasks import get_task
+
+    spec = get_task(task_name)
+    env_cfg, agent_cfg = flags.env, flags.agent
+    if env_cfg.num_envs is None:
+        env_cfg.num_envs = DEFAULT_NUM_ENVS
+    if env_cfg.num_envs < 1:
+        raise UsageError(f"--num-envs must be >= 1, got {env_cfg.num_envs}")
+    if flags.viewer:
+        from mjfleet.play.viewer import check_viewer
+
+        check_viewer(flags, env_cfg.num_envs)
+    if flags.command is not None:
+        fix_command(env_cfg, flags.command, spec.name)
+    device = play_device(flags.gpu_ids)
+
+    play_keys = play_setting_keys(spec) if not flags.train_env else set()
+    if play_keys:
+        print_play_settings(spec.name, env_cfg, play_keys)
+    source = choose_policy(flags, agent_cfg.experiment_name)
+    if source.state is not None:
+        notice_differences(
+            spec.name, env_cfg, source.state, fixed_command=flags.command is not None, on_purpose=play_keys
+        )
+    output = writable_output(flags.output, source.out_dir)
+
+    torch.manual_seed(agent_cfg.seed)
+    if device.startswith("cuda"):
+        torch.cuda.set_device(torch.device(device))
+    start = time.perf_counter()
+    with wp.ScopedDevice(device):
+        env = spec.make_env(env_cfg, device)
+        obs = env.get_observations()
+        actor = build_checkpoint_actor(source, obs, env, device, spec.name)
+        act = act_fn(actor, flags, env)
+        result, video, viewer = _evaluate(env, act, flags, source, output.parent, spec.name)
+        baselines = (
+            _evaluate_baselines(spec, env_cfg, device, agent_cfg.seed, flags.episodes)
+            if flags.baselines
+            else None
+        )
+        exported = None
+        if flags.export:
+            from mjfleet.play.export import export_checkpoint_policy
+
+            assert (
+                source.state is not None and source.checkpoint is not None
+            )  # check_flags: needs a checkpoint
+            exported = export_checkpoint_policy(env, actor, obs, spec.name, source.checkpoint, source.state)
+
+    summary = {
+        "task": spec.name,
+        "policy": flags.policy,
+        "checkpoint": str(source.checkpoint) if source.checkpoint else None,
+        "iteration": source.state["iter"] if source.state is not None else None,
+        "deterministic": flags.policy == "checkpoint" and not flags.stochastic,
+        "num_envs": env_cfg.num_envs,
+        "device": device,
+        "seed": agent_cfg.seed,
+        "command": list(flags.command) if flags.command is not None else None,
+        "env_settings": "play" if play_keys else "train",
+        **result,
+        "baselines": baselines,
+        "wall_s": time.perf_counter() - start,
+        "video": str(video.path) if video is not None else None,
+        "viewer": {"env": flags.viewer_env, "speed": flags.speed, "closed_early": viewer.closed_early}
+        if viewer is not None
+        else None,
+        "exported": exported,
+        "env_cfg": to_plain(dataclasses.asdict(env_cfg)),
+    }
+    atomic_write_text(output, json.dumps(summary, indent=2) + "\n")
+    print_summary(summary, source.label, output)
+    return summary
+
+
+def play_device(gpu_ids: tuple[str, ...]) -> str:
+    """The one device of --gpu-ids (auto: GPU 0 if CUDA is available, else the CPU, with a notice)."""
+    from mjfleet.launch.devices import make_plan, parse_gpu_ids
+
+    tokens = None if list(gpu_ids) == ["auto"] else list(gpu_ids)
+    plan = make_plan(parse_gpu_ids(tokens))
+    if plan.world_size > 1:
+        raise UsageError("play runs on one device: pass one GPU id, or None for CPU")
+    if plan.notice:
+        print(plan.notice)
+    return plan.devices[0]
+
+
+def writable_output(path: str | None, out_dir: pathlib.Path) -> pathlib.Path:
+    """Where eval.json goes (--output, else `out_dir`), checked before the evaluation, not after it: a path that
+    cannot be written is the user's to fix."""
+    output = pathlib.Path(path) if path else out_dir / "eval.json"
+    try:
+        output.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"cannot write {output}: {exc.strerror or exc}") from None
+    if not os.access(output.parent, os.W_OK):
+        raise UsageError(f"cannot write {output}: {output.parent} is not writable")
+    return output
+
+
+def _evaluate(
+    env: Any, act: Any, flags: Any, source: PolicySource, out_dir: pathlib.Path, task: str
+) -> tuple:
+    """The evaluation of `act`, with the video and the viewer that `flags` ask for: (result, video, viewer)."""
+    import torch
+
+    from mjfleet.evaluation import evaluate
+
+    video = viewer = None
+    if flags.video:
+        from mjfleet.play.video import PlayVideo
+
+        tag = source.state["iter"] if source.state is not None else flags.policy
+        video = PlayVideo(env, flags, out_dir, tag)
+    if flags.viewer:
+        from mjfleet.play.viewer import open_viewer
+
+        viewer = open_viewer(env, flags, task)
+    try:
+        torch.manual_seed(flags.agent.seed)  # the baselines start from the same states and commands
+        result = evaluate(
+            env,
+            act,
+            flags.episodes,
+            frame_sink=video.write_frame if video is not None else None,
+            video_length=flags.video_length,
+            on_step=viewer.on_step if viewer is not None else None,
+        )
+    except BaseException:
+        if video is not None:
+            video.abort()
+        raise
+    finally:
+        if video is not None:
+            video.close_renderer()
+        if viewer is not None:
+            viewer.close()
+    if video is not None:
+        video.finish()
+    return result, video, viewer
+
+
+def _evaluate_baselines(spec: Any, env_cfg: Any, device: str, seed: int, episodes: int) -> dict[str, Any]:
+    """Zero and random actions, each in a fresh environment seeded as the first: the same per-environment physics
+    draws, pushes, initial states and commands (the random policy draws from a generator of its own)."""
+    import torch
+
+    from mjfleet.evaluation import BASELINES, evaluate
+
+    baselines = {}
+    for name in BASELINES:
+        torch.manual_seed(seed)
+        baseline_env = spec.make_env(env_cfg, device)
+        policy = baseline_policy(name, baseline_env, seed)
+        torch.manual_seed(seed)
+        baselines[name] = evaluate(baseline_env, policy, episodes)
+    return baselines

@@ -1,0 +1,92 @@
+"""Randomisation events: per-environment physics at start-up, pushes at random intervals, the initial state at
+every reset, and the terrain curriculum that picks where a robot starts."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from mjfleet.tasks.locomotion.math import quat_from_yaw, uniform, uniform_range
+
+
+def randomize_physics(env) -> None:
+    """Start-up randomisation, once per environment: foot friction and added trunk mass."""
+    ev, n, dev = env.cfg.events, env.num_envs, env.device
+    friction = env.sim.model_view("geom_friction")  # (n, ngeom, 3), one copy per world
+    if ev.foot_friction is None:  # nominal: the model's own (what the critic observes, too)
+        env.foot_friction = friction[:, env.foot_geoms[0], 0].clone()
+    else:
+        env.foot_friction = uniform_range((n,), ev.foot_friction, dev)
+        friction[:, env.foot_geoms, 0] = env.foot_friction.unsqueeze(1)
+    if ev.added_trunk_mass is None:  # nominal: the model's own mass
+        env.added_mass = torch.zeros(n, device=dev)
+    else:
+        env.added_mass = uniform_range((n,), ev.added_trunk_mass, dev)
+    mass = env.sim.model_view("body_mass")  # (n, nbody)
+    mass[:, env.trunk_body] += env.added_mass
+    env.sim.set_constants()  # the subtree masses and inverse weights of each world's heavier or lighter trunk
+
+
+def draw_push_steps(env) -> torch.Tensor:
+    """Policy steps until the next push, drawn for every environment (callers pick with a mask)."""
+    low, high = (t / env.step_dt for t in env.cfg.events.push_interval_s)
+    steps = low + torch.rand(env.num_envs, device=env.device) * (high - low)
+    return steps.long().clamp(min=1)
+
+
+def push_robots(env) -> None:
+    """Add a random horizontal velocity to the base of the environments whose push timer runs out."""
+    env._push_steps -= 1
+    push = env._push_steps <= 0
+    dv = (torch.rand(env.num_envs, 2, device=env.device) * 2 - 1) * env.cfg.events.push_velocity
+    env.sim.qvel[:, 0:2] += dv * push.unsqueeze(1)
+    env._push_steps.copy_(torch.where(push, draw_push_steps(env), env._push_steps))
+
+
+def reset_robot_state(env, mask: torch.Tensor) -> None:
+    """The initial state of the environments in `mask`: a random spot near their terrain origin, above the
+    ground, a random heading, joints near the default pose and small random velocities."""
+    ev, n, dev = env.cfg.events, env.num_envs, env.device
+    offset = uniform((n, 2), ev.spawn_xy, dev)
+    xy = env.env_origins[:, :2] + offset
+    if env.height_map is not None:
+        # Stand above the highest ground under the robot's footprint, whatever its heading.
+        grid = torch.linspace(-0.3, 0.3, 5, device=dev)
+        footprint = torch.stack(torch.meshgrid(grid, grid, indexing="ij"), dim=-1).reshape(-1, 2)
+        ground = env.height_map(xy.unsqueeze(1) + footprint).amax(dim=1)
+    else:
+        ground = torch.zeros(n, device=dev)
+    yaw = (torch.rand(n, device=dev) * 2 - 1) * math.pi
+    nj = len(env.joint_names)
+    joints = env.default_joint_pos + uniform((n, nj), ev.joint_pos, dev)
+    joints = torch.maximum(torch.minimum(joints, env.joint_upper), env.joint_lower)
+    qpos = torch.cat((xy, (ground + ev.spawn_height).unsqueeze(1), quat_from_yaw(yaw), joints), dim=1)
+    qvel = torch.cat(
+        (
+            uniform((n, 3), ev.base_lin_vel, dev),
+            uniform((n, 3), ev.base_ang_vel, dev),
+            uniform((n, nj), ev.joint_vel, dev),
+        ),
+        dim=1,
+    )
+    m = mask.unsqueeze(1)
+    env.sim.qpos.copy_(torch.where(m, qpos, env.sim.qpos))
+    env.sim.qvel.copy_(torch.where(m, qvel, env.sim.qvel))
+    env._root_xy.copy_(torch.where(m, xy, env._root_xy))
+
+
+def update_terrain_levels(env, mask: torch.Tensor) -> None:
+    """The curriculum, for the environments in `mask`: robots that walked past their tile's edge move a level up;
+    those that covered less than half the distance their command asked for move a level down. Robots beyond the
+    top level restart at a random one."""
+    distance = (env._root_xy - env.env_origins[:, :2]).norm(dim=1)
+    move_up = distance > 0.5 * env.cfg.terrain.tile_size
+    asked = env.commands[:, :2].norm(dim=1) * env.cfg.episode_length_s
+    move_down = (distance < 0.5 * asked) & ~move_up
+    levels = env.terrain_levels + mask.long() * (move_up.long() - move_down.long())
+    levels = torch.where(
+        levels >= env.num_levels, torch.randint_like(levels, env.num_levels), levels.clamp(min=0)
+    )
+    env.terrain_levels.copy_(levels)
+    env.env_origins.copy_(env.tile_origins[levels, env.terrain_types])

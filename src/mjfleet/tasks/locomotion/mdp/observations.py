@@ -1,0 +1,95 @@
+"""Observation terms: the proprioceptive terms both actor and critic see (the actor's with uniform noise), the
+critic's privileged terms, and the height scan of the terrain around the base."""
+
+from __future__ import annotations
+
+import torch
+
+from mjfleet.tasks.locomotion.math import yaw_from_quat
+
+
+def proprio_terms(env) -> list[tuple[str, torch.Tensor, float]]:
+    """The proprioceptive observation terms in order: (name, value, the half-range of the uniform noise the actor
+    sees on it (0: exact)). The observations, their names and the noise vector are all built from this list."""
+    nz, qpos, qvel = env.cfg.noise, env.sim.qpos, env.sim.qvel
+    return [
+        ("base_lin_vel", env.base_lin_vel, nz.lin_vel),
+        ("base_ang_vel", env.base_ang_vel, nz.ang_vel),
+        ("projected_gravity", env.gravity_b, nz.gravity),
+        ("velocity_command", env.commands, 0.0),
+        ("joint_pos_rel_default", qpos[:, env._qj] - env.default_joint_pos, nz.joint_pos),
+        ("joint_vel", qvel[:, env._vj], nz.joint_vel),
+        ("last_action", env.last_actions, 0.0),
+    ]
+
+
+def privileged_terms(env) -> list[tuple[str, torch.Tensor]]:
+    """The critic's extra terms, in order, after the proprioceptive ones: (name, value)."""
+    qpos = env.sim.qpos
+    return [
+        ("foot_contact", env.foot_contact.float()),
+        ("foot_friction", env.foot_friction.unsqueeze(1)),
+        ("added_trunk_mass", env.added_mass.unsqueeze(1)),
+        ("base_height", (qpos[:, 2] - env.terrain_height(qpos[:, 0:2])).unsqueeze(1)),
+    ]
+
+
+def observation_terms(env) -> dict[str, list[tuple[str, int]]]:
+    """Each group's terms and sizes, in column order."""
+    proprio = [(name, value.shape[1]) for name, value, _ in proprio_terms(env)]
+    privileged = [(name, value.shape[1]) for name, value in privileged_terms(env)]
+    scan = [] if env.scan_points is None else [("height_scan", env.scan_points.shape[0])]
+    actor_scan = scan if env.cfg.height_scan.in_actor else []
+    return {"actor": proprio + actor_scan, "critic": proprio + privileged + scan}
+
+
+def compute_observations(env) -> dict[str, torch.Tensor]:
+    """The actor's observations (with noise) and the critic's (exact, with the privileged terms)."""
+    proprio = torch.cat([value for _, value, _ in proprio_terms(env)], dim=1)
+    privileged = [value for _, value in privileged_terms(env)]
+    actor_clean, critic = proprio, [proprio, *privileged]
+    if env.scan_points is not None:
+        scan = height_scan(env)
+        critic.append(scan)
+        if env.cfg.height_scan.in_actor:
+            actor_clean = torch.cat((proprio, scan), dim=1)
+    noise = (torch.rand_like(actor_clean) * 2 - 1) * env._actor_noise
+    return {"actor": actor_clean + noise, "critic": torch.cat(critic, dim=1)}
+
+
+def actor_noise_scale(env) -> torch.Tensor:
+    """The actor's noise half-range per observation column, from the terms `compute_observations` uses."""
+    nz = env.cfg.noise
+    parts = [(noise, value.shape[1]) for _, value, noise in proprio_terms(env)]
+    if env.scan_points is not None and env.cfg.height_scan.in_actor:
+        parts.append((nz.height_scan, env.scan_points.shape[0]))
+    scale = torch.cat([torch.full((k,), float(v)) for v, k in parts]).to(env.device)
+    return scale if nz.enabled else torch.zeros_like(scale)
+
+
+def height_scan_points(scan, rough: bool, device) -> torch.Tensor | None:
+    """The scan grid (P, 2) in the base-heading frame, or None when the scan is off."""
+    if not scan.enabled:
+        return None
+    if not rough:
+        raise ValueError("height_scan.enabled needs terrain.kind='rough' (flat ground has nothing to scan)")
+    nx = round(scan.size[0] / scan.resolution) + 1
+    ny = round(scan.size[1] / scan.resolution) + 1
+    xs = torch.linspace(-scan.size[0] / 2, scan.size[0] / 2, nx, device=device)
+    ys = torch.linspace(-scan.size[1] / 2, scan.size[1] / 2, ny, device=device)
+    gx, gy = torch.meshgrid(xs, ys, indexing="ij")
+    return torch.stack((gx.reshape(-1), gy.reshape(-1)), dim=1)
+
+
+def height_scan(env) -> torch.Tensor:
+    """(num_envs, P) base height above the terrain at the scan points, minus the offset, clipped to [-1, 1]."""
+    if env.scan_points is None:
+        raise RuntimeError("height_scan() needs height_scan.enabled (and rough terrain)")
+    qpos = env.sim.qpos
+    yaw = yaw_from_quat(qpos[:, 3:7])
+    c, s = torch.cos(yaw).unsqueeze(1), torch.sin(yaw).unsqueeze(1)
+    px, py = env.scan_points[:, 0], env.scan_points[:, 1]
+    world = torch.stack((qpos[:, 0:1] + c * px - s * py, qpos[:, 1:2] + s * px + c * py), dim=-1)
+    heights = env.terrain_height(world)
+    scan = qpos[:, 2:3] - heights - env.cfg.height_scan.offset
+    return scan.clamp(-1.0, 1.0)
