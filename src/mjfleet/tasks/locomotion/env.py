@@ -350,10 +350,10 @@ class LocomotionEnv(MujocoVecEnv):
             ("base_lin_vel", self.base_lin_vel, nz.lin_vel),
             ("base_ang_vel", self.base_ang_vel, nz.ang_vel),
             ("projected_gravity", self.gravity_b, nz.gravity),
-            ("velocity_command", self.commands, 0.0),
-            ("joint_pos_rel_default", qpos[:, self._qj] - self.default_joint_pos, nz.joint_pos),
+            ("command", self.commands, 0.0),
+            ("joint_pos", qpos[:, self._qj] - self.default_joint_pos, nz.joint_pos),
             ("joint_vel", qvel[:, self._vj], nz.joint_vel),
-            ("last_action", self.last_actions, 0.0),
+            ("actions", self.last_actions, 0.0),
         ]
 
     def _privileged_terms(self) -> list[tuple[str, torch.Tensor]]:
