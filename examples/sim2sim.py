@@ -325,7 +325,12 @@ def evaluate(export: Export, episodes: int, seed: int, command, condition: dict 
     model = perturbed_model(export, condition) if condition else export.model
     ep = Episode(export, model, np.random.default_rng(seed), command)
     ep.push = condition.get("push")
-    returns, lengths, causes = [], [], {}
+    # Every named cause and the time-out, as play reports them (0 included); "terminated" (play's name for early
+    # ends its log does not name) only when it happens.
+    causes = {r["cause"]: 0 for r in export.rules["terminations"] if r["cause"] != "terminated"} | {
+        "time_out": 0
+    }
+    returns, lengths = [], []
     metric_sums: dict[str, float] = {}
     reward_sums: dict[str, float] = {}
     steps = 0
@@ -353,7 +358,9 @@ def evaluate(export: Export, episodes: int, seed: int, command, condition: dict 
             break
     n = len(returns)
     episode_metrics = {f"Episode_Reward/{k}": v / n for k, v in reward_sums.items()}
-    episode_metrics |= {f"Episode_Termination/{k}": c / n for k, c in causes.items() if k != "nan"}
+    episode_metrics |= {
+        f"Episode_Termination/{k}": c / n for k, c in causes.items() if k not in ("nan", "terminated")
+    }
     return {
         "episodes": n,
         "mean_return": float(np.mean(returns)),
@@ -468,21 +475,40 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _video(export: Export, path: pathlib.Path, length: int):
-    """A frame sink recording the first `length` policy steps to an mp4 (needs imageio + ffmpeg, optional)."""
-    import imageio.v2 as imageio  # optional: only for --video
+    """A frame sink recording the first `length` policy steps to an H.264 mp4 through an ffmpeg process (the
+    `ffmpeg` on PATH, else the one the imageio-ffmpeg package ships; MuJoCo renders offscreen: MUJOCO_GL=egl
+    where there is no display)."""
+    import shutil
+    import subprocess
 
-    renderer = mujoco.Renderer(export.model, 480, 640)
-    writer = imageio.get_writer(str(path), fps=round(1.0 / export.step_dt))
+    ffmpeg = shutil.which("ffmpeg")
+    if ffmpeg is None:
+        try:
+            import imageio_ffmpeg  # optional: only to find an ffmpeg binary
+        except ImportError:
+            raise SystemExit("error: --video needs ffmpeg on PATH (or pip install imageio-ffmpeg)") from None
+        ffmpeg = imageio_ffmpeg.get_ffmpeg_exe()
+    width, height = 640, 480
+    renderer = mujoco.Renderer(export.model, height, width)
+    fps = str(round(1.0 / export.step_dt))
+    args = [ffmpeg, "-loglevel", "error", "-y", "-f", "rawvideo", "-pix_fmt", "rgb24", "-s", f"{width}x{height}",
+            "-r", fps, "-i", "-", "-pix_fmt", "yuv420p", "-vcodec", "libx264", str(path)]  # fmt: skip
+    process = subprocess.Popen(args, stdin=subprocess.PIPE)
     count = [0]
 
     def sink(d: mujoco.MjData) -> None:
         if count[0] < length:
-            mujoco.mj_forward(export.model, d)
+            mujoco.mj_forward(export.model, d)  # body poses for the state the policy is about to act on
             renderer.update_scene(d)
-            writer.append_data(renderer.render())
+            process.stdin.write(renderer.render().tobytes())
             count[0] += 1
 
-    return sink, writer.close
+    def close() -> None:
+        process.stdin.close()
+        process.wait()
+        renderer.close()
+
+    return sink, close
 
 
 def _viewer(export: Export):

@@ -241,7 +241,7 @@ def test_the_example_imports_only_mujoco_numpy_onnxruntime_and_the_standard_libr
             top |= {a.name.split(".")[0] for a in node.names}
         elif isinstance(node, ast.ImportFrom) and node.module:
             top.add(node.module.split(".")[0])
-    optional = {"imageio"}  # --video only
+    optional = {"imageio_ffmpeg"}  # --video only, to find an ffmpeg binary where none is on PATH
     assert top - sys.stdlib_module_names - optional == {"mujoco", "numpy", "onnxruntime"}
     # And at run time: nothing of the trainer is loaded, even indirectly.
     run_dir, _ = cartpole
