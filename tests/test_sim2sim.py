@@ -266,3 +266,19 @@ def test_quadruped_sim2sim_reproduces_plays_tracking_and_falls(tmp_path_factory)
     fell = result["terminations"].get("fell", 0) / result["episodes_ended"]
     fell_play = played["terminations"].get("fell", 0) / played["episodes_ended"]
     assert abs(fell - fell_play) <= 0.05
+
+
+def test_the_export_check_runs_without_onnxruntime(cartpole, monkeypatch):
+    """onnxruntime is the optional `deploy` extra: without it the check runs onnx's reference evaluator."""
+    from tensordict import TensorDict
+
+    from mjfleet.rl.export import ONNX_TOLERANCE, build_actor, check_onnx
+    from mjfleet.runs.checkpoints import read_checkpoint
+
+    run_dir, _ = cartpole
+    obs = TensorDict({"actor": torch.randn(4, 5)}, batch_size=[4])
+    actor = build_actor(read_checkpoint(sorted(run_dir.glob("model_*.pt"))[-1], map_location="cpu"), obs, 1)
+    monkeypatch.setitem(sys.modules, "onnxruntime", None)  # `import onnxruntime` raises ImportError
+    with pytest.raises(ImportError):
+        import onnxruntime  # noqa: F401
+    assert check_onnx(run_dir / "exported" / "policy.onnx", actor, obs) <= ONNX_TOLERANCE
