@@ -136,8 +136,14 @@ def test_export_writes_an_onnx_policy_that_matches_torch(played):
     # The same metadata inside the ONNX model, for a deployment that has only policy.onnx
     import onnx
 
-    props = {p.key: json.loads(p.value) for p in onnx.load(str(exported / "policy.onnx")).metadata_props}
-    assert props == {k: v for k, v in meta.items() if k not in ("files", "torchscript")}
+    from mjfleet.rl.deploy_metadata import MJLAB_KEYS
+
+    raw = {p.key: p.value for p in onnx.load(str(exported / "policy.onnx")).metadata_props}
+    props = {
+        k: json.loads(v) for k, v in raw.items() if k not in MJLAB_KEYS
+    }  # mjlab's keys are plain strings
+    assert props == {k: v for k, v in meta.items() if k not in ("files", "torchscript", "mjlab")}
+    assert {k: raw[k] for k in MJLAB_KEYS} == meta["mjlab"]
 
     # Check it independently: a batch of observations through onnxruntime and through the checkpoint's policy.
     state = read_checkpoint(run_dir / f"model_{ITERATIONS}.pt")

@@ -21,6 +21,8 @@ from tensordict import TensorDict
 ONNX_TOLERANCE = 1e-5
 """Largest allowed |onnx - torch| over random observations."""
 ONNX_OPSET = 18
+_MJCF_TEXT = "_mjcf_xml"
+"""policy_metadata's key for the model's MJCF text and asset files, which export_policy writes beside the policy."""
 
 
 class ExportError(RuntimeError):
@@ -105,10 +107,24 @@ def policy_metadata(env, actor, obs: TensorDict, task: str, **extra: Any) -> dic
             f"ctrl = clip({target}action_scale * clip(action, -clip_actions, clip_actions), ctrlrange)"
         )
     meta["actions"] = actions
+    meta["episode"] = {
+        "max_steps": int(env.max_episode_length),
+        "length_s": float(cfg.episode_length_s) if cfg is not None else None,
+    }
+    from mjfleet.rl import deploy_metadata
     from mjfleet.runs.provenance import versions
 
     meta["versions"] = versions()
     meta.update({k: _plain(v) for k, v in extra.items()})
+    rules = getattr(env, "deployment_rules", None)
+    if callable(rules):  # the task states how its episodes run (reset, terminations, rewards, commands)
+        meta["deployment"] = rules(deploy_metadata.trained_env_cfg(extra.get("checkpoint")))
+    model_files = deploy_metadata.model_xml(env)
+    if model_files is not None:
+        meta["mjcf"] = deploy_metadata.MJCF_FILE
+        meta["mjcf_assets"] = sorted(model_files[1])
+        meta[_MJCF_TEXT] = model_files  # written by export_policy beside policy.onnx
+    meta["mjlab"] = deploy_metadata.mjlab_metadata(meta, str(extra.get("checkpoint") or ""))
     return meta
 
 
@@ -153,13 +169,17 @@ def _actuated_joints(mj_model) -> dict[str, Any]:
 
 def _write_onnx_metadata(path: pathlib.Path, meta: dict[str, Any]) -> None:
     """Each top-level entry of policy.json as a JSON string in the ONNX model's metadata_props, so that a
-    deployment holding only policy.onnx has them (onnx.load(path).metadata_props)."""
+    deployment holding only policy.onnx has them (onnx.load(path).metadata_props); the entries of `meta["mjlab"]`
+    as top-level plain strings instead, under mjlab's own keys and in its encoding."""
     import onnx
 
     model = onnx.load(str(path))
     del model.metadata_props[:]
     for key, value in meta.items():
-        model.metadata_props.add(key=key, value=json.dumps(value))
+        if key != "mjlab":
+            model.metadata_props.add(key=key, value=json.dumps(value))
+    for key, value in (meta.get("mjlab") or {}).items():
+        model.metadata_props.add(key=key, value=value)
     onnx.save(model, str(path))
 
 
@@ -174,6 +194,17 @@ def export_policy(
     out_dir = pathlib.Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     written: dict[str, pathlib.Path] = {}
+    metadata = dict(metadata)
+    model_files = metadata.pop(_MJCF_TEXT, None)
+    if (
+        model_files is not None
+    ):  # the model the policy was trained with, so that the folder deploys on its own
+        xml, assets = model_files
+        for name, data in {metadata["mjcf"]: xml.encode(), **assets}.items():
+            tmp_file = out_dir / f".{name}.tmp"
+            tmp_file.write_bytes(data)
+            os.replace(tmp_file, out_dir / name)
+        written["mjcf"] = out_dir / metadata["mjcf"]
 
     onnx_path = out_dir / "policy.onnx"
     tmp = out_dir / ".policy.tmp.onnx"
@@ -216,15 +247,25 @@ def export_policy(
 
 
 def check_onnx(path: str | os.PathLike, actor, obs: TensorDict, samples: int = 256, seed: int = 0) -> float:
-    """Max |onnx - torch| of the deterministic action on random observations; ExportError above tolerance."""
+    """Max |onnx - torch| of the deterministic action on random observations; ExportError above tolerance.
+
+    Runs the graph with onnxruntime (the `deploy` extra) where it is installed, else with onnx's own reference
+    evaluator (numpy): training and play do not need onnxruntime, and the export is checked either way."""
     import numpy as np
-    import onnxruntime as ort
 
     x, expected = _reference_actions(actor, obs, samples, seed)
+    inputs = {"obs": x.numpy().astype(np.float32)}
+    try:
+        import onnxruntime as ort
+    except ImportError:
+        from onnx.reference import ReferenceEvaluator
+
+        (got,) = ReferenceEvaluator(str(path)).run(["actions"], inputs)
+        return _checked("ONNX", got, expected)
     options = ort.SessionOptions()
     options.log_severity_level = 3
     session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-    (got,) = session.run(["actions"], {"obs": x.numpy().astype(np.float32)})
+    (got,) = session.run(["actions"], inputs)
     return _checked("ONNX", got, expected)
 
 

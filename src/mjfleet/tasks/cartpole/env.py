@@ -35,7 +35,14 @@ class CartpoleEnv(MujocoVecEnv):
     reward_terms = rewards.TERMS  # each in [0, 1]
 
     def build_model(self) -> mujoco.MjModel:
-        return mujoco.MjModel.from_xml_path(str(asset_path("cartpole.xml")))
+        self.mj_spec = mujoco.MjSpec.from_file(str(asset_path("cartpole.xml")))  # an export writes it as MJCF
+        return self.mj_spec.compile()
+
+    def deployment_rules(self, trained_cfg: dict | None = None) -> dict:
+        """How an episode runs, for an exported policy's metadata (mjfleet.tasks.cartpole.deploy)."""
+        from mjfleet.tasks.cartpole.deploy import deployment_rules
+
+        return deployment_rules(self, trained_cfg)
 
     def setup(self) -> None:
         cfg = self.cfg

@@ -81,7 +81,14 @@ class LocomotionEnv(MujocoVecEnv):
             self.terrain.add_to_spec(spec, geom_name="floor")
         elif self.cfg.terrain.kind != "flat":
             raise ValueError(f"terrain.kind must be 'flat' or 'rough', got {self.cfg.terrain.kind!r}")
+        self.mj_spec = spec  # an export writes the MJCF this model was compiled from
         return spec.compile()
+
+    def deployment_rules(self, trained_cfg: dict | None = None) -> dict | None:
+        """How an episode runs, for an exported policy's metadata (mjfleet.tasks.locomotion.deploy)."""
+        from mjfleet.tasks.locomotion.deploy import deployment_rules
+
+        return deployment_rules(self, trained_cfg)
 
     def simulation_sizes(self) -> dict:
         if self.terrain is None:

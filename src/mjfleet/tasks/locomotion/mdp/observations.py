@@ -16,10 +16,10 @@ def proprio_terms(env) -> list[tuple[str, torch.Tensor, float]]:
         ("base_lin_vel", env.base_lin_vel, nz.lin_vel),
         ("base_ang_vel", env.base_ang_vel, nz.ang_vel),
         ("projected_gravity", env.gravity_b, nz.gravity),
-        ("velocity_command", env.commands, 0.0),
-        ("joint_pos_rel_default", qpos[:, env._qj] - env.default_joint_pos, nz.joint_pos),
+        ("command", env.commands, 0.0),
+        ("joint_pos", qpos[:, env._qj] - env.default_joint_pos, nz.joint_pos),
         ("joint_vel", qvel[:, env._vj], nz.joint_vel),
-        ("last_action", env.last_actions, 0.0),
+        ("actions", env.last_actions, 0.0),
     ]
 
 

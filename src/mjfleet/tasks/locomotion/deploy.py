@@ -1,0 +1,120 @@
+"""The quadruped velocity task's rules for a deployment outside mjfleet (exported with the policy).
+
+Stated in the vocabulary of docs/deploy.md (implemented by examples/sim2sim.py): where each observation comes
+from, how an episode starts and ends, how commands are drawn, the reward terms as expressions, the metrics `play`
+reports, and the training randomisation ranges (for robustness checks).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+
+def deployment_rules(env, trained_cfg: dict[str, Any] | None = None) -> dict[str, Any] | None:
+    """The rules of an episode of `env`; None where this vocabulary cannot state them (a subclass with its own
+    terminations or rewards, e.g. the humanoid; rough ground, whose reset and height scan need the terrain's tiles).
+
+    `trained_cfg` is the training run's env config (a dict, from the checkpoint) where known: its randomisation
+    ranges are the ones a robustness check should stay within, even when the export was made with play's settings.
+    """
+    from mjfleet.tasks.locomotion.env import LocomotionEnv
+
+    if type(env) is not LocomotionEnv or env.terrain is not None:
+        return None
+    cfg, m = env.cfg, env.mj_model
+    qj, vj = env._qj, env._vj
+    default = [float(x) for x in env.default_joint_pos.cpu()]
+    lower = [float(x) for x in env.soft_joint_lower.cpu()]
+    upper = [float(x) for x in env.soft_joint_upper.cpu()]
+    ev = cfg.events
+    nq_joints = qj.stop - qj.start
+    # qpos: x, y around the origin; z fixed; the quaternion comes from the heading draw; joints around the default.
+    qpos_uniform = [[-ev.spawn_xy, ev.spawn_xy]] * 2 + [[ev.spawn_height, ev.spawn_height]] + [[1.0, 1.0]]
+    qpos_uniform += [[0.0, 0.0]] * 3
+    qpos_uniform += [[d - ev.joint_pos, d + ev.joint_pos] for d in default]
+    qvel_uniform = [[-ev.base_lin_vel, ev.base_lin_vel]] * 3 + [[-ev.base_ang_vel, ev.base_ang_vel]] * 3
+    qvel_uniform += [[-ev.joint_vel, ev.joint_vel]] * nq_joints
+    sigma = cfg.tracking_sigma
+    joints_q = f"qpos[{qj.start}:{qj.stop}]"
+    rewards = {
+        "track_lin_vel_xy": f"exp(-sum(square(command[0:2] - base_lin_vel[0:2])) / {sigma!r})",
+        "track_ang_vel_z": f"exp(-square(command[2] - base_ang_vel[2]) / {sigma!r})",
+        "lin_vel_z": "square(base_lin_vel[2])",
+        "ang_vel_xy": "sum(square(base_ang_vel[0:2]))",
+        "orientation": "sum(square(projected_gravity[0:2]))",
+        "torques": "sum(square(actuator_force))",
+        "joint_acc": f"sum(square(qacc[{vj.start}:{vj.stop}]))",
+        "action_rate": "sum(square(action - last_action))",
+        "joint_limits": f"sum(maximum({lower!r} - {joints_q}, 0) + maximum({joints_q} - {upper!r}, 0))",
+        "undesired_contacts": f"sum(geom_in_contact[{[m.geom(g).id for g in env.undesired_contact_geoms]!r}])",
+        "feet_air_time": (
+            f"sum((touchdown_air_time - {cfg.feet_air_time_threshold!r}) * first_contact)"
+            f" * (norm(command[0:2]) > {cfg.commands.min_speed!r})"
+        ),
+    }
+    c = cfg.commands
+    trained_events = (trained_cfg or {}).get("events") or {}
+    friction = trained_events.get("foot_friction", ev.foot_friction)
+    mass = trained_events.get("added_trunk_mass", ev.added_trunk_mass)
+    push = trained_events.get("push_velocity", ev.push_velocity)
+    push_interval = trained_events.get("push_interval_s", ev.push_interval_s)
+    feet_touch = [int(m.sensor_adr[m.sensor(f"{foot}_foot_touch").id]) for foot in env.feet]
+    return {
+        "observations": [
+            {"name": "base_lin_vel", "kind": "free_joint_lin_vel_body", "qpos_adr": 0, "dof_adr": 0},
+            {"name": "base_ang_vel", "kind": "free_joint_ang_vel_body", "dof_adr": 0},
+            {"name": "projected_gravity", "kind": "projected_gravity", "qpos_adr": 0},
+            {"name": "command", "kind": "command", "command": "twist"},
+            {"name": "joint_pos", "kind": "qpos", "index": list(range(qj.start, qj.stop)), "offset": default},
+            {"name": "joint_vel", "kind": "qvel", "index": list(range(vj.start, vj.stop))},
+            {"name": "actions", "kind": "last_action"},
+        ],
+        "observation_noise": "off at deployment (training: uniform, half-ranges in the env config's noise)",
+        "reset": {
+            "qpos_uniform": qpos_uniform,
+            "qvel_uniform": qvel_uniform,
+            "free_joint": {"qpos_adr": 0, "yaw_uniform": [-math.pi, math.pi]},
+            "clip_to_joint_range": True,
+        },
+        "after_physics": [],
+        "terminations": [
+            {
+                "cause": "fell",
+                "kind": "geom_contact",
+                "geoms": [m.geom(g).id for g in env.base_contact_geoms],
+            },
+            {"cause": "fell", "kind": "tilt", "qpos_adr": 0, "max_angle": float(cfg.max_tilt)},
+        ],
+        "foot_contact": {"touch_sensor_adr": feet_touch, "force_above": float(cfg.foot_contact_force)},
+        "rewards": {
+            "terms": [
+                {"name": name, "weight": weight, "expression": rewards[name]}
+                for name, weight in env.reward_weights.items()
+            ],
+            "clip_total_below_zero": bool(cfg.only_positive_rewards),
+        },
+        "commands": {
+            "twist": {
+                "columns": ["lin_vel_x", "lin_vel_y", "ang_vel_z"],
+                "ranges": [list(c.lin_vel_x), list(c.lin_vel_y), list(c.ang_vel_z)],
+                "standing_fraction": float(c.standing_fraction),
+                "min_speed": float(c.min_speed),
+                "resampling_steps": int(env.command_resample_steps),
+            }
+        },
+        "metrics": {
+            "lin_vel_error": "norm(command[0:2] - base_lin_vel[0:2])",
+            "ang_vel_error": "abs(command[2] - base_ang_vel[2])",
+            "base_lin_vel_x": "base_lin_vel[0]",
+            "base_lin_vel_y": "base_lin_vel[1]",
+            "base_ang_vel_z": "base_ang_vel[2]",
+        },
+        "randomization": {
+            "foot_friction": None
+            if friction is None
+            else {"geoms": [m.geom(f"{f}_foot").id for f in env.feet], "range": list(friction)},
+            "added_mass": None if mass is None else {"body": m.body(env.trunk).id, "range": list(mass)},
+            "push": None if not push else {"velocity": float(push), "interval_s": list(push_interval)},
+        },
+    }
