@@ -48,7 +48,7 @@ def _why_not() -> str | None:
     return None
 
 
-class Testbed:
+class Bed:
     def __init__(self, directory: Path) -> None:
         self.prefix = f"mjt{os.getpid() % 100000}"
         self.dir = directory
@@ -90,7 +90,7 @@ def bed(tmp_path_factory):
     if reason is not None:
         pytest.skip(reason)
     directory = tmp_path_factory.mktemp("testbed")
-    testbed = Testbed(directory)
+    testbed = Bed(directory)
     try:
         up = testbed.script("up", timeout=120)
         assert up.returncode == 0, up.stderr
@@ -130,7 +130,7 @@ class Watcher(threading.Thread):
     """Samples every process's command line, and the listening sockets of the run's processes (on this machine's
     network stack, or in each test bed host's), while a run goes on."""
 
-    def __init__(self, directory: Path, bed: Testbed | None = None) -> None:
+    def __init__(self, directory: Path, bed: Bed | None = None) -> None:
         super().__init__(daemon=True)
         self.directory = directory
         self.bed = bed
@@ -286,7 +286,7 @@ for target in sys.argv[2:]:
 
 
 def start_long_run(
-    bed: Testbed, work: Path, launcher: str, hosts: list[str], stderr: Path
+    bed: Bed, work: Path, launcher: str, hosts: list[str], stderr: Path
 ) -> subprocess.Popen:
     with stderr.open("w") as err:
         return subprocess.Popen(
@@ -308,7 +308,7 @@ def wait_for_training(work: Path, proc: subprocess.Popen, stderr: Path, seconds:
     raise AssertionError(f"training never started: {stderr.read_text()[-3000:]}")
 
 
-def on_host(bed: Testbed, host: str, procs: list[psutil.Process]) -> list[psutil.Process]:
+def on_host(bed: Bed, host: str, procs: list[psutil.Process]) -> list[psutil.Process]:
     inode = bed.net_inode(host)
     found = []
     for proc in procs:
@@ -396,3 +396,56 @@ def test_a_fault_on_a_remote_host_ends_the_run_naming_that_host_and_rank(bed, tm
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+# --- launches that cannot work fail at once, in one line, leaving nothing --------------------------------------
+
+
+def test_an_unknown_host_is_one_line_and_leaves_no_run_directory(bed, tmp_path):
+    result = subprocess.run(
+        bed.on(
+            "login", str(BIN / "train"), *TINY, "--max-iterations", "1", "--hosts", "node-a", "nosuchhost"
+        ),
+        cwd=tmp_path,
+        env=run_env(bed.env),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 2, result.stderr
+    assert (
+        result.stderr.strip()
+        .splitlines()[-1]
+        .startswith("train: error: --hosts: cannot resolve 'nosuchhost'")
+    )
+    assert list(tmp_path.glob("logs/*/*")) == []
+
+
+def test_a_host_that_cannot_reach_the_rendezvous_address_fails_at_once_naming_it(bed, tmp_path):
+    started = time.monotonic()
+    result = subprocess.run(
+        bed.on(
+            "login",
+            str(BIN / "train"),
+            *TINY,
+            "--max-iterations",
+            "1",
+            "--hosts",
+            "hosta",
+            "hostb",
+            "--rendezvous-host",
+            "127.0.0.1",
+        ),
+        cwd=tmp_path,
+        env=run_env(bed.env),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    last = result.stderr.strip().splitlines()[-1]
+    assert result.returncode == 1, result.stderr
+    assert (
+        last.startswith("train: error: rank ") and "cannot reach the launching host at 127.0.0.1" in last
+    ), last
+    assert time.monotonic() - started < 120
+    assert list(tmp_path.glob("logs/*/*")) == [] and wait_gone(tmp_path, 30) == []
