@@ -136,6 +136,7 @@ class Watcher(threading.Thread):
         self.bed = bed
         self.cmdlines: set[str] = set()
         self.listeners: set[tuple[str, str]] = set()  # (host, "address:port")
+        self.sessions = (0, 0)  # ssh sessions started on hosta and hostb during the run
         self.stop = threading.Event()
 
     def run(self) -> None:
@@ -169,13 +170,16 @@ def metrics(run_dir: Path) -> list[dict]:
 def final_parameters(run_dir: Path) -> dict[str, torch.Tensor]:
     latest = max(run_dir.glob("model_*.pt"), key=lambda p: int(p.stem.split("_")[1]))
     state = torch.load(latest, map_location="cpu", weights_only=True)
-    return {k: v for k, v in state["model_state_dict"].items()}
+    return {
+        f"{part}.{k}": v for part in ("actor_state_dict", "critic_state_dict") for k, v in state[part].items()
+    }
 
 
 @pytest.fixture(scope="module")
 def two_host_run(bed, tmp_path_factory):
     """`train --hosts node-a node-b` from the login host (ssh config aliases); the command lines seen meanwhile."""
     work = tmp_path_factory.mktemp("two_hosts")
+    before = (bed.sessions("hosta"), bed.sessions("hostb"))
     watcher = Watcher(work, bed)
     watcher.start()
     try:
@@ -193,6 +197,7 @@ def two_host_run(bed, tmp_path_factory):
         watcher.stop.set()
         watcher.join()
     left = wait_gone(work, 30)
+    watcher.sessions = (bed.sessions("hosta") - before[0], bed.sessions("hostb") - before[1])
     return work, result, watcher, left
 
 
@@ -217,10 +222,10 @@ def local_run(tmp_path_factory):
     return work, result, watcher
 
 
-def test_two_hosts_over_ssh_start_one_agent_per_host_through_sshd(bed, two_host_run):
-    work, result, _, left = two_host_run
+def test_two_hosts_over_ssh_start_one_agent_per_host_through_sshd(two_host_run):
+    work, result, watcher, left = two_host_run
     assert result.returncode == 0, result.stderr[-3000:]
-    assert (bed.sessions("hosta"), bed.sessions("hostb")) == (1, 1)
+    assert watcher.sessions == (1, 1)
     assert left == []
 
 
@@ -285,9 +290,7 @@ for target in sys.argv[2:]:
 """
 
 
-def start_long_run(
-    bed: Bed, work: Path, launcher: str, hosts: list[str], stderr: Path
-) -> subprocess.Popen:
+def start_long_run(bed: Bed, work: Path, launcher: str, hosts: list[str], stderr: Path) -> subprocess.Popen:
     with stderr.open("w") as err:
         return subprocess.Popen(
             bed.on(launcher, str(BIN / "train"), *TINY, "--max-iterations", "100000", "--hosts", *hosts),
@@ -362,6 +365,25 @@ def test_sigint_on_a_launching_host_outside_the_hosts_stops_every_worker_with_a_
     (run_dir,) = work.glob("logs/*/*")
     assert (run_dir / f"model_{iteration}.pt").exists()
     assert took < 60 and left == []
+
+
+def test_sigint_when_the_launching_host_is_one_of_the_hosts_stops_both_with_a_checkpoint(bed, tmp_path):
+    stderr = tmp_path / "stderr.txt"
+    proc = start_long_run(bed, tmp_path, "hosta", ["hosta", "hostb"], stderr)
+    try:
+        before = (bed.sessions("hosta"), bed.sessions("hostb"))
+        wait_for_training(tmp_path, proc, stderr)
+        after = (bed.sessions("hosta"), bed.sessions("hostb"))
+        assert (after[0] - before[0], after[1] - before[1]) == (0, 1)  # hosta's agent runs without ssh
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=120)
+        text = stderr.read_text()
+        assert proc.returncode == 128 + signal.SIGINT, text[-3000:]
+        assert "stopped by SIGINT after iteration" in text and "resume with:" in text, text[-3000:]
+        assert wait_gone(tmp_path, 30) == []
+    finally:
+        if proc.poll() is None:
+            proc.kill()
 
 
 @pytest.mark.parametrize("fault", ["worker", "agent", "sshd"])

@@ -1,8 +1,10 @@
 """Run a function on the workers of a :class:`~mjfleet.launch.devices.WorkerPlan`.
 
-One worker in total runs the function in this process. More workers are started with torchrunx: one
-agent process per host (over ssh for remote hosts), which spawns that host's workers; the process group
-(nccl on GPUs, gloo on CPU) exists before the function starts, and rank 0's return value comes back.
+One worker in total runs the function in this process. More workers are started with torchrunx's agent: one
+agent process per host (over the system's ssh for remote hosts, launch/fleet.py), which spawns that host's
+workers; the process group (nccl on GPUs, gloo on CPU) exists before the function starts, and rank 0's return
+value comes back. Every listener binds one address (loopback on one host) and nothing from the network is
+unpickled without the run's token (docs/distributed.md, "Network and trust").
 
 Fail fast: an exception in any worker is printed as ``[rank N] <traceback>`` and ends that worker at
 once; its agent then stops the others, and this process raises :class:`WorkerFailed` naming the rank.
@@ -11,14 +13,14 @@ Console and log files: rank 0's stdout/stderr stream to this console; other rank
 above, prefixed with ``[rank N]``. Per-worker log files go to ``$TORCHRUNX_LOG_DIR`` if that is set, else to
 ``log_dir`` when given, else to ``default_log_dir`` (``""`` anywhere, or nothing: no files).
 
-Signals (launch/relay.py): on SIGINT/SIGTERM this process passes the signal on to every process it started (so
-workers can save and stop), waits up to ``grace_s`` seconds, then kills what is left; a second signal kills at
-once. Nothing it started outlives it.
+Signals (launch/relay.py): on SIGINT/SIGTERM this process passes the signal on to every worker (local ones
+directly, remote ones through their agent's ssh connection) so workers can save and stop, waits up to ``grace_s``
+seconds, then kills what is left; a second signal kills at once. Nothing it started outlives it.
 
-Several machines (``--hosts h1 h2``) need: passwordless ssh from the launching host to every host;
-the same paths and the same virtual environment on every host (workers are started as
-``cd <cwd> && <sys.executable> -m torchrunx``); a filesystem shared by all hosts for the run directory
-(only rank 0 writes); open TCP ports between hosts (torchrunx picks free ports; nccl/gloo need more).
+Several machines (``--hosts h1 h2``) need: passwordless ssh from the launching host to every host (aliases
+from ~/.ssh/config work); the same paths and the same virtual environment on every host (agents are started as
+``cd <cwd> && exec <sys.executable> -u -m mjfleet.launch.agent``); a filesystem shared by all hosts for the run
+directory (only rank 0 writes); open TCP ports between hosts (free ports are picked; nccl/gloo need more).
 ``--hosts slurm`` takes the node list of the SLURM allocation it runs in. See docs/distributed.md.
 """
 
