@@ -59,7 +59,8 @@ class Bed:
 
     def on(self, host: str, *cmd: str) -> list[str]:
         """A command line that runs `cmd` on `host`."""
-        return [str(TESTBED), "exec", host, *cmd]
+        bed = [f"TESTBED_PREFIX={self.prefix}", f"TESTBED_DIR={self.dir / 'bed'}"]
+        return ["env", *bed, str(TESTBED), "exec", host, *cmd]
 
     def sessions(self, host: str) -> int:
         """ssh sessions sshd on `host` has started (one per agent started there)."""
@@ -279,14 +280,17 @@ class Boom:
     def __reduce__(self):
         return (os.system, ("touch " + sys.argv[1],))
 data = pickle.dumps(Boom())
+sent = 0
 for target in sys.argv[2:]:
     host, port = target.rsplit(":", 1)
     for payload in (struct.pack(">L", len(data)) + data, data):
         try:
             with socket.create_connection((host.strip("[]"), int(port)), timeout=3) as s:
                 s.sendall(payload)
+                sent += 1
         except OSError:
             pass
+print(sent)
 """
 
 
@@ -336,7 +340,14 @@ def interrupted_run(bed, tmp_path_factory):
         pids = {p.pid for p in processes_in(work)}
         targets = [a for h in HOSTS for a, pid in bed.listeners(h, with_pids=True) if pid in pids]
         targets = [a for a in targets if not a.startswith(LOOPBACK)]
-        subprocess.run(bed.on("hosta", sys.executable, "-c", ATTACK, str(marker), *targets), timeout=120)
+        attack = subprocess.run(
+            bed.on("hosta", sys.executable, "-c", ATTACK, str(marker), *targets),
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert attack.returncode == 0, attack.stderr
+        sent = int(attack.stdout.split()[-1])
         time.sleep(3)
         alive_after_attack = proc.poll() is None
         proc.send_signal(signal.SIGINT)
@@ -347,12 +358,13 @@ def interrupted_run(bed, tmp_path_factory):
     finally:
         if proc.poll() is None:
             proc.kill()
-    return work, proc.returncode, stderr.read_text(), marker, targets, alive_after_attack, took, left
+    return work, proc.returncode, stderr.read_text(), marker, (targets, sent), alive_after_attack, took, left
 
 
 def test_a_crafted_pickle_sent_to_every_port_of_a_run_executes_nothing(interrupted_run):
-    work, code, text, marker, targets, alive, _, _ = interrupted_run
+    work, code, text, marker, (targets, sent), alive, _, _ = interrupted_run
     assert len(targets) >= 3, targets  # the launcher's store, log server, and rank 0's store at least
+    assert sent == 2 * len(targets)  # every port took both payloads
     assert not marker.exists()
     assert alive, text[-3000:]  # the run went on
 

@@ -159,7 +159,7 @@ def run_agents(
     AgentEnded naming the host whose agent went away.
     """
     from torchrunx.utils.comm import AgentStatus
-    from torchrunx.utils.errors import AgentFailedError, ExceptionFromWorker, WorkerFailedError
+    from torchrunx.utils.errors import ExceptionFromWorker, WorkerFailedError
 
     from mjfleet.launch.group import TOKEN_ENV, SignedGroup, listening_socket
     from mjfleet.launch.logserver import LogServer
@@ -191,15 +191,11 @@ def run_agents(
                 )
             finally:
                 listener.detach()
-        group.sync_payloads(payload=payload)
+        _naming_the_host(agents, lambda: group.sync_payloads(payload=payload))
         while True:
-            try:
-                statuses: list[AgentStatus] = group.sync_agent_statuses(status=None)
-            except AgentFailedError:
-                ended = which_agent_ended(agents)
-                if ended is not None:
-                    raise ended from None
-                raise
+            statuses: list[AgentStatus] = _naming_the_host(
+                agents, lambda: group.sync_agent_statuses(status=None)
+            )
             failures = [
                 (agents[i], local_rank, value)
                 for i, status in enumerate(statuses)
@@ -217,6 +213,19 @@ def run_agents(
 
             dist.destroy_process_group()
         logs.close()
+
+
+def _naming_the_host(agents: list[Agent], exchange: Callable[[], Any]) -> Any:
+    """Run one launcher-agent exchange; when it breaks because an agent ended, raise AgentEnded naming its host."""
+    from torchrunx.utils.errors import AgentFailedError
+
+    try:
+        return exchange()
+    except AgentFailedError:
+        ended = which_agent_ended(agents)
+        if ended is not None:
+            raise ended from None
+        raise
 
 
 class FleetFailure(Exception):
