@@ -159,7 +159,6 @@ def run_agents(
     AgentEnded naming the host whose agent went away.
     """
     from torchrunx.utils.comm import AgentStatus
-    from torchrunx.utils.errors import ExceptionFromWorker, WorkerFailedError
 
     from mjfleet.launch.group import TOKEN_ENV, SignedGroup, listening_socket
     from mjfleet.launch.logserver import LogServer
@@ -196,12 +195,7 @@ def run_agents(
             statuses: list[AgentStatus] = _naming_the_host(
                 agents, lambda: group.sync_agent_statuses(status=None)
             )
-            failures = [
-                (agents[i], local_rank, value)
-                for i, status in enumerate(statuses)
-                for local_rank, value in enumerate(status.return_values)
-                if isinstance(value, ExceptionFromWorker | WorkerFailedError)
-            ]
+            failures = _failures(agents, statuses)
             if failures:
                 raise FleetFailure(failures)
             if all(s.state == "done" for s in statuses):
@@ -213,6 +207,20 @@ def run_agents(
 
             dist.destroy_process_group()
         logs.close()
+
+
+def _failures(agents: list[Agent], statuses: list) -> list[tuple[Agent, int | None, Any]]:
+    """(agent, global rank or None, error) of every failed worker. torchrunx lists a host's return values by
+    local rank only when all of its workers have ended; otherwise only the failures, whose ranks it drops."""
+    from torchrunx.utils.errors import ExceptionFromWorker, WorkerFailedError
+
+    failures = []
+    for agent, status in zip(agents, statuses, strict=True):
+        complete = len(status.return_values) == agent.workers
+        for index, value in enumerate(status.return_values):
+            if isinstance(value, ExceptionFromWorker | WorkerFailedError):
+                failures.append((agent, agent.first_rank + index if complete else None, value))
+    return failures
 
 
 def _naming_the_host(agents: list[Agent], exchange: Callable[[], Any]) -> Any:
@@ -229,7 +237,7 @@ def _naming_the_host(agents: list[Agent], exchange: Callable[[], Any]) -> Any:
 
 
 class FleetFailure(Exception):
-    """Workers failed: ``failures`` lists (agent, local rank, torchrunx error) for each."""
+    """Workers failed: ``failures`` lists (agent, global rank or None, torchrunx error) for each."""
 
     def __init__(self, failures: list[tuple[Agent, int, Any]]) -> None:
         super().__init__(f"{len(failures)} worker(s) failed")

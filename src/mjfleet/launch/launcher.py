@@ -224,21 +224,23 @@ def _copied_patterns() -> tuple[str, ...]:
 
 
 def _failure_from(exc: Any, hint: str, several_hosts: bool) -> WorkerFailed | UsageError:
-    """The failure to report: a worker that failed by itself before one that only lost a peer, then by rank."""
+    """The failure to report: a worker that failed by itself before one that only lost a peer, then by rank.
+    The rank is the one the worker wrote ("[rank N] ..."), else its place on its host when the agent reported
+    every worker, else the host's ranks."""
     parsed = []
-    for agent, local_rank, error in exc.failures:
+    for agent, rank, error in exc.failures:
         message = str(getattr(error, "exception", error))
         failure = _failure_from_message(message, hint)
         if isinstance(failure, UsageError):
             return failure
-        rank = agent.first_rank + local_rank
+        rank = failure.rank if failure.rank is not None else rank
         lost_peer = any(
             word in message for word in ("DistBackendError", "gloo", "Connection reset", "by peer")
         )
+        who = f"worker rank {rank}" if rank is not None else f"a worker of {agent.ranks()}"
         where = f" on {agent.host.name}" if several_hosts else ""
-        text = str(failure).replace("a worker failed:", f"worker rank {rank} failed:", 1)
-        text = re.sub(r"^worker rank \d+ failed:", f"worker rank {rank}{where} failed:", text)
-        parsed.append((lost_peer, rank, WorkerFailed(text, rank)))
+        text = re.sub(r"^(worker rank \d+|a worker) failed:", f"{who}{where} failed:", str(failure))
+        parsed.append((lost_peer, rank if rank is not None else agent.first_rank, WorkerFailed(text, rank)))
     return min(parsed, key=lambda item: (item[0], item[1]))[2]
 
 
