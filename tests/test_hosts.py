@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -290,7 +291,7 @@ for target in sys.argv[2:]:
                 sent += 1
         except OSError:
             pass
-print(sent)
+print(f"sent {sent} payloads")
 """
 
 
@@ -347,7 +348,7 @@ def interrupted_run(bed, tmp_path_factory):
             timeout=120,
         )
         assert attack.returncode == 0, attack.stderr
-        sent = int(attack.stdout.split()[-1])
+        sent = int(re.search(r"sent (\d+) payloads", attack.stdout).group(1))
         time.sleep(3)
         alive_after_attack = proc.poll() is None
         proc.send_signal(signal.SIGINT)
@@ -364,7 +365,7 @@ def interrupted_run(bed, tmp_path_factory):
 def test_a_crafted_pickle_sent_to_every_port_of_a_run_executes_nothing(interrupted_run):
     work, code, text, marker, (targets, sent), alive, _, _ = interrupted_run
     assert len(targets) >= 3, targets  # the launcher's store, log server, and rank 0's store at least
-    assert sent == 2 * len(targets)  # every port took both payloads
+    assert sent == 2 * len(targets), (sent, targets)  # every port took both payloads
     assert not marker.exists()
     assert alive, text[-3000:]  # the run went on
 
