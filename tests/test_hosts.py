@@ -352,9 +352,9 @@ def interrupted_run(bed, tmp_path_factory):
         time.sleep(3)
         alive_after_attack = proc.poll() is None
         proc.send_signal(signal.SIGINT)
-        sent = time.monotonic()
+        signalled = time.monotonic()
         proc.wait(timeout=120)
-        took = time.monotonic() - sent
+        took = time.monotonic() - signalled
         left = wait_gone(work, 30)
     finally:
         if proc.poll() is None:
