@@ -57,6 +57,9 @@ class TrainFlags:
     hosts: tuple[str, ...] = ("localhost",)
     """Machines to run on (`h1 h2`, or `slurm`); each runs one worker per selected GPU (on CPU: --cpu-workers
     workers). See docs/distributed.md."""
+    rendezvous_host: str | None = None
+    """With --hosts: the address (or name) of this machine that the other hosts connect to. Default: the address
+    of the interface that routes to the first remote host (or $MJFLEET_RENDEZVOUS_HOST)."""
     num_envs: int | None = None
     """Environments per worker (alias of --env.num-envs). Default: the task's default for the device."""
     seed: int | None = None
@@ -205,6 +208,7 @@ def main(argv: list[str] | None = None) -> None:
             job,
             log_dir=flags.torchrunx_log_dir,
             default_log_dir=job.run_dir.path / "torchrunx",
+            rendezvous_host=flags.rendezvous_host,
         ),
     )
 

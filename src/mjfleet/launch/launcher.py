@@ -1,8 +1,10 @@
 """Run a function on the workers of a :class:`~mjfleet.launch.devices.WorkerPlan`.
 
-One worker in total runs the function in this process. More workers are started with torchrunx: one
-agent process per host (over ssh for remote hosts), which spawns that host's workers; the process group
-(nccl on GPUs, gloo on CPU) exists before the function starts, and rank 0's return value comes back.
+One worker in total runs the function in this process. More workers are started with torchrunx's agent: one
+agent process per host (over the system's ssh for remote hosts, launch/fleet.py), which spawns that host's
+workers; the process group (nccl on GPUs, gloo on CPU) exists before the function starts, and rank 0's return
+value comes back. Every listener binds one address (loopback on one host) and nothing from the network is
+unpickled without the run's token (docs/distributed.md, "Network and trust").
 
 Fail fast: an exception in any worker is printed as ``[rank N] <traceback>`` and ends that worker at
 once; its agent then stops the others, and this process raises :class:`WorkerFailed` naming the rank.
@@ -11,19 +13,20 @@ Console and log files: rank 0's stdout/stderr stream to this console; other rank
 above, prefixed with ``[rank N]``. Per-worker log files go to ``$TORCHRUNX_LOG_DIR`` if that is set, else to
 ``log_dir`` when given, else to ``default_log_dir`` (``""`` anywhere, or nothing: no files).
 
-Signals (launch/relay.py): on SIGINT/SIGTERM this process passes the signal on to every process it started (so
-workers can save and stop), waits up to ``grace_s`` seconds, then kills what is left; a second signal kills at
-once. Nothing it started outlives it.
+Signals (launch/relay.py): on SIGINT/SIGTERM this process passes the signal on to every worker (local ones
+directly, remote ones through their agent's ssh connection) so workers can save and stop, waits up to ``grace_s``
+seconds, then kills what is left; a second signal kills at once. Nothing it started outlives it.
 
-Several machines (``--hosts h1 h2``) need: passwordless ssh from the launching host to every host;
-the same paths and the same virtual environment on every host (workers are started as
-``cd <cwd> && <sys.executable> -m torchrunx``); a filesystem shared by all hosts for the run directory
-(only rank 0 writes); open TCP ports between hosts (torchrunx picks free ports; nccl/gloo need more).
+Several machines (``--hosts h1 h2``) need: passwordless ssh from the launching host to every host (aliases
+from ~/.ssh/config work); the same paths and the same virtual environment on every host (agents are started as
+``cd <cwd> && exec <sys.executable> -u -m mjfleet.launch.agent``); a filesystem shared by all hosts for the run
+directory (only rank 0 writes); open TCP ports between hosts (free ports are picked; nccl/gloo need more).
 ``--hosts slurm`` takes the node list of the SLURM allocation it runs in. See docs/distributed.md.
 """
 
 from __future__ import annotations
 
+import fnmatch
 import logging
 import os
 import re
@@ -35,13 +38,25 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from mjfleet.errors import UsageError, first_line
+from mjfleet.launch.agent import MASTER_ENV
 from mjfleet.launch.devices import WorkerPlan
 from mjfleet.launch.relay import SignalRelay
 from mjfleet.launch.worker import PREFIXED_ATTR, log_level_from_env, worker_main
 
 R = TypeVar("R")
 
-WORKER_ENV_PATTERNS = ("MUJOCO*", "WARP*", "WANDB*", "OMP*", "MKL*", "MJFLEET*", "HOME", "USER", "TMPDIR")
+WORKER_ENV_PATTERNS = (
+    "MUJOCO*",
+    "WARP*",
+    "WANDB*",
+    "OMP*",
+    "MKL*",
+    "MJFLEET*",
+    "GLOO*",
+    "HOME",
+    "USER",
+    "TMPDIR",
+)
 """Environment variables copied to workers on top of torchrunx's defaults (PATH, PYTHON*, CUDA*, ...)."""
 
 DEFAULT_GRACE_S = 30.0
@@ -75,6 +90,7 @@ def run_workers(
     log_dir: str | os.PathLike[str] | None = None,
     default_log_dir: str | os.PathLike[str] | None = None,
     grace_s: float = DEFAULT_GRACE_S,
+    rendezvous_host: str | None = None,
     **kwargs: Any,
 ) -> R:
     """Call ``fn(*args, **kwargs)`` on every worker of ``plan`` and return rank 0's result.
@@ -88,7 +104,8 @@ def run_workers(
     """
     if plan.in_process:
         return _run_in_process(fn, args, kwargs)
-    return _run_with_torchrunx(plan, fn, args, kwargs, worker_log_dir(log_dir, default_log_dir), grace_s)
+    files = worker_log_dir(log_dir, default_log_dir)
+    return _run_with_torchrunx(plan, fn, args, kwargs, files, grace_s, rendezvous_host)
 
 
 def worker_log_dir(
@@ -133,46 +150,63 @@ def _run_with_torchrunx(
     kwargs: dict,
     files: Path | None,
     grace_s: float,
+    rendezvous_host: str | None = None,
 ) -> R:
     import cloudpickle
     import torch.distributed as dist
-    import torchrunx
-    from paramiko import SSHException
+    from torchrunx.utils.comm import LauncherPayload
+    from torchrunx.utils.errors import AgentFailedError
 
-    launcher = torchrunx.Launcher(
-        hostnames=list(plan.hosts),
-        workers_per_host=plan.workers_per_host,
-        backend=plan.backend,
-        copy_env_vars=torchrunx.DEFAULT_ENV_VARS_FOR_COPY + WORKER_ENV_PATTERNS,
-        extra_env_vars=worker_env(plan),
-    )
+    from mjfleet.launch.fleet import AgentEnded, FleetFailure, run_agents
+    from mjfleet.launch.hosts import rendezvous_address, resolve_hosts
+
     try:
         file_level = log_level_from_env()
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    launcher.set_logging_handlers(
-        partial(_log_handlers, plan.hosts, plan.workers_per_host, files, file_level)
-    )
+    hosts = resolve_hosts(plan.hosts)
+    address = rendezvous_address(hosts, rendezvous_host)
+    # Rank 0's store: on this machine when host 0 is, else at the address host 0 was reached at.
+    master = address if hosts[0].local else hosts[0].address
     # Pickled here, unpickled in the worker: an unimportable module then fails as a worker error with a
     # traceback, instead of killing the torchrunx agent, and unpicklable arguments fail before anything starts.
     payload = cloudpickle.dumps((fn, args, kwargs))
+    ranks = [
+        list(range(i * plan.workers_per_host, (i + 1) * plan.workers_per_host)) for i in range(len(hosts))
+    ]
+    launch = LauncherPayload(
+        fn=partial(worker_main, plan, payload),
+        hostnames=list(plan.hosts),
+        worker_global_ranks=ranks,
+        worker_world_size=plan.world_size,
+        backend=plan.backend,
+        worker_timeout=600,
+    )
+    env = {k: v for k, v in os.environ.items() if any(fnmatch.fnmatch(k, p) for p in _copied_patterns())}
+    env |= worker_env(plan) | {MASTER_ENV: master}
+    handlers = _log_handlers(plan.hosts, plan.workers_per_host, files, file_level)
     hint = f" (worker logs in {files})" if files else " (set TORCHRUNX_LOG_DIR to keep per-worker log files)"
+    several = len(hosts) > 1
 
     result: Any = None
     failure: WorkerFailed | UsageError | None = None
     with SignalRelay(grace_s) as relay:  # on leaving it, no process started here is left running
         try:
-            result = launcher.run(worker_main, plan, payload).rank(0)
-        except torchrunx.WorkerFailedError as exc:
-            failure = _failure_from_message(str(exc), hint)
-        except torchrunx.AgentFailedError:
+            returns = run_agents(
+                hosts, plan.workers_per_host, address, launch, env, handlers, relay.add_agents
+            )
+            result = returns[0][0]
+        except FleetFailure as exc:
+            failure = _failure_from(exc, hint, several)
+        except AgentEnded as exc:
+            failure = WorkerFailed(f"{exc}{hint}", exc.rank)
+        except AgentFailedError:
             failure = WorkerFailed(
                 f"a torchrunx agent process stopped or lost contact with the launcher{hint}"
             )
-        except (dist.DistError, OSError, SSHException) as exc:  # agents could not be started or reached
-            first = first_line(exc)
+        except (dist.DistError, OSError) as exc:  # agents could not be started or reached
             failure = WorkerFailed(
-                f"could not start the workers on {', '.join(plan.hosts)}: {first} "
+                f"could not start the workers on {', '.join(plan.hosts)}: {first_line(exc)} "
                 "(every host must resolve and accept passwordless ssh; see docs/distributed.md)"
             )
     if relay.signum is not None:
@@ -180,6 +214,33 @@ def _run_with_torchrunx(
     if failure is not None:
         raise failure
     return result
+
+
+def _copied_patterns() -> tuple[str, ...]:
+    from torchrunx import DEFAULT_ENV_VARS_FOR_COPY
+
+    return DEFAULT_ENV_VARS_FOR_COPY + WORKER_ENV_PATTERNS
+
+
+def _failure_from(exc: Any, hint: str, several_hosts: bool) -> WorkerFailed | UsageError:
+    """The failure to report: a worker that failed by itself before one that only lost a peer, then by rank.
+    The rank is the one the worker wrote ("[rank N] ..."), else its place on its host when the agent reported
+    every worker, else the host's ranks."""
+    parsed = []
+    for agent, rank, error in exc.failures:
+        message = str(getattr(error, "exception", error))
+        failure = _failure_from_message(message, hint)
+        if isinstance(failure, UsageError):
+            return failure
+        rank = failure.rank if failure.rank is not None else rank
+        lost_peer = any(
+            word in message for word in ("DistBackendError", "gloo", "Connection reset", "by peer")
+        )
+        who = f"worker rank {rank}" if rank is not None else f"a worker of {agent.ranks()}"
+        where = f" on {agent.host.name}" if several_hosts else ""
+        text = re.sub(r"^(worker rank \d+|a worker) failed:", f"{who}{where} failed:", str(failure))
+        parsed.append((lost_peer, rank if rank is not None else agent.first_rank, WorkerFailed(text, rank)))
+    return min(parsed, key=lambda item: (item[0], item[1]))[2]
 
 
 def _failure_from_message(message: str, hint: str) -> WorkerFailed | UsageError:
@@ -199,19 +260,17 @@ def _failure_from_message(message: str, hint: str) -> WorkerFailed | UsageError:
     return WorkerFailed(f"a worker failed: {first}{hint}")
 
 
-# --- logs: built inside torchrunx's log server (a fork of this process) --------------------------------
+# --- logs: handlers of the launcher's log server (launch/logserver.py) ------------------------------------
 
 
 def _log_handlers(
     hosts: tuple[str, ...], workers_per_host: int, files: Path | None, file_level: int
 ) -> list[logging.Handler]:
-    from torchrunx.utils.log_handling import file_handlers
+    from mjfleet.launch.logserver import file_handlers
 
     handlers: list[logging.Handler] = [_ConsoleHandler(hosts, workers_per_host)]
     if files is not None:
-        handlers += file_handlers(
-            list(hosts), [workers_per_host] * len(hosts), log_dir=files, log_level=file_level
-        )
+        handlers += file_handlers(hosts, workers_per_host, files, file_level)
     return handlers
 
 

@@ -74,6 +74,12 @@ class SignalRelay:
         self._stop = threading.Event()
         self._reaped = threading.Event()
         self._thread: threading.Thread | None = None
+        self._agents: list = []
+
+    def add_agents(self, agents: list) -> None:
+        """The agents of a run (launch/fleet.py): a signal is passed to their workers, not to them. Local workers
+        get it from this process like any other child; remote ones through their agent's line ("signal N")."""
+        self._agents = list(agents)
 
     @property
     def signum(self) -> int | None:
@@ -148,7 +154,13 @@ class SignalRelay:
                 f"{_name(signum)}: stopping the workers (up to {self.grace_s:.0f} s; "
                 "press Ctrl-C again to kill them now)"
             )
-            targets = self.tree.alive()
+            spared = {
+                agent.proc.pid for agent in self._agents
+            }  # an agent ending first would kill its workers
+            targets = [proc for proc in self.tree.alive() if proc.pid not in spared]
+            for agent in self._agents:
+                if not agent.host.local:
+                    agent.tell(f"signal {signum}")
             if signum == signal.SIGINT and _terminal_foreground():
                 # Ctrl-C already reached our whole process group; a second copy could look like a second Ctrl-C.
                 targets = [proc for proc in targets if _pgid(proc.pid) != os.getpgrp()]
