@@ -17,7 +17,9 @@ from mjfleet.cli.common import parse_task_command, quiet_warp, user_errors, work
 from mjfleet.envs import EnvConfig
 from mjfleet.errors import UsageError, first_line
 from mjfleet.launch.devices import WorkerPlan, external_plan, launched_externally, parse_gpu_ids
+from mjfleet.launch.external import leave_together
 from mjfleet.launch.launcher import Interrupted, run_workers
+from mjfleet.launch.slurm import current_job, join_srun_step, requeue_before_time_limit
 from mjfleet.rl import AgentConfig
 from mjfleet.runs import Retention, RunDir
 from mjfleet.runs.checkpoints import (
@@ -26,6 +28,7 @@ from mjfleet.runs.checkpoints import (
     find_wandb_checkpoint,
     read_checkpoint,
 )
+from mjfleet.runs.continuation import continuation_for, trim_metrics
 from mjfleet.runs.video import choose_gl_backend, video_requested
 
 PROG = "train"
@@ -146,6 +149,10 @@ class TrainJob:
     eval_episodes: int = 16
     video: tuple[int, int, int, int] | None = None
     """--video: (interval, length, width, height); None: no video."""
+    slurm: dict[str, Any] | None = None
+    """The Slurm job that runs this training (params/run.yaml records it, so a requeued job finds its run)."""
+    continues_run: bool = False
+    """`run_dir` exists already: a requeued Slurm job continues the run it started there."""
 
 
 def parse_args(argv: list[str]) -> tuple[str, Any]:
@@ -160,6 +167,10 @@ def resolve(task_name: str, flags: Any, plan: WorkerPlan | None = None) -> Train
     spec = get_task(task_name)
     plan = worker_plan(flags, spec.cpu_workers) if plan is None else plan
     env, agent = flags.env, flags.agent  # the short aliases are applied already (mjfleet.cli.aliases)
+    # [slurm helper's call site] A requeued Slurm job continues the run it started: same directory, its latest
+    # checkpoint (mjfleet.runs.continuation). Looked up first, so that its announcement is the first line.
+    slurm_job = current_job()
+    continued = continuation_for(pathlib.Path(flags.logs_root) / agent.experiment_name, slurm_job)
     if "/" in agent.run_name or "\\" in agent.run_name or agent.run_name in (".", ".."):
         raise UsageError(f"--run-name {agent.run_name!r}: a run name is part of one directory name (no '/')")
     if env.num_envs is None:
@@ -204,8 +215,8 @@ def resolve(task_name: str, flags: Any, plan: WorkerPlan | None = None) -> Train
     if flags.wandb_upload_checkpoints and agent.logger != "wandb":
         raise UsageError("--wandb-upload-checkpoints needs --logger wandb")
     # Before the new run directory exists, so that --resume can never pick the (empty) run it is about to start.
-    resume_from = None
-    path = _resume_checkpoint(flags, agent)
+    resume_from, start = None, 0
+    path = continued.checkpoint if continued is not None else _resume_checkpoint(flags, agent)
     if path is not None:
         state = read_checkpoint(path)
         start = int(state["iter"])
@@ -220,6 +231,9 @@ def resolve(task_name: str, flags: Any, plan: WorkerPlan | None = None) -> Train
         print(f"resuming from {path} (iteration {start}; training up to iteration {agent.max_iterations})")
         resume_from = str(path)
     run_dir = RunDir.new(agent.experiment_name, agent.run_name, root=flags.logs_root)
+    if continued is not None:  # [slurm helper's call site] iterations after the checkpoint are trained again
+        run_dir = RunDir(continued.run_path)
+        trim_metrics(run_dir.metrics_file, start)
     return TrainJob(
         spec.name,
         env,
@@ -234,6 +248,8 @@ def resolve(task_name: str, flags: Any, plan: WorkerPlan | None = None) -> Train
         eval_interval=flags.eval_interval,
         eval_episodes=flags.eval_episodes,
         video=video,
+        slurm=slurm_job.run_fields() if slurm_job is not None else None,
+        continues_run=continued is not None,
     )
 
 
@@ -363,6 +379,7 @@ def train_worker(job: TrainJob) -> dict[str, Any]:
                     "keep_last": job.retention.keep_last,
                     "keep_every": job.retention.keep_every,
                     "command": list(job.command) if job.command else sys.argv,
+                    **(job.slurm or {}),  # [slurm helper's call site]
                 },
             )
         start = time.perf_counter()
@@ -477,6 +494,7 @@ def main(argv: list[str] | None = None) -> None:
         choose_gl_backend()  # before anything imports mujoco
     quiet_warp()
     task_name, flags = parse_args(argv)
+    join_srun_step()  # [slurm helper's call site] a task of `srun -n N train ...` joins as one worker
     if launched_externally():
         _train_as_one_of_the_launchers_workers(task_name, flags, argv)
         return
@@ -495,6 +513,8 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def _reserve_run_dir(job: TrainJob) -> TrainJob:
+    if job.continues_run:  # [slurm helper's call site] the requeued job's own run directory exists already
+        return job
     try:  # here, once: two runs started in the same second get two directories
         return dataclasses.replace(job, run_dir=job.run_dir.reserve())
     except OSError as exc:
@@ -554,6 +574,12 @@ def _run_and_report(
         if is_main:
             _report_interrupt(job, argv, signum)
             job.run_dir.remove_if_empty()  # stopped while Python modules were still importing: nothing written
+            requeued = requeue_before_time_limit(
+                signum
+            )  # [slurm helper's call site] Slurm's time-limit warning
+            if requeued is not None:
+                print(f"{PROG}: {requeued}", file=sys.stderr, flush=True)
+        leave_together()  # [slurm helper's call site] no rank exits (and gets srun to kill rank 0) before rank 0 is done
         raise SystemExit(128 + signum) from None
     except BaseException:
         if is_main:
