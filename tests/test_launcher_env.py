@@ -4,6 +4,7 @@ into it: every inconsistency is one usage line naming the variable; a Slurm rest
 import json
 import os
 import pathlib
+import signal
 import subprocess
 import sys
 
@@ -18,6 +19,7 @@ from mjfleet.launch.slurm import (
     expand_tasks_per_node,
     join_srun_step,
     launcher_variables,
+    requeue_before_time_limit,
 )
 from mjfleet.runs.continuation import continuation_for, find_job_run, trim_metrics
 
@@ -224,3 +226,9 @@ def test_continuing_drops_metrics_of_iterations_after_the_checkpoint(tmp_path):
     metrics.write_text("".join(json.dumps({"iteration": i}) + "\n" for i in range(5)) + '{"itera')
     assert trim_metrics(metrics, 3) == 3
     assert [json.loads(line)["iteration"] for line in metrics.read_text().splitlines()] == [0, 1, 2]
+
+
+def test_only_the_time_limit_warning_inside_a_job_requeues_it():
+    # Anything else must not touch Slurm: a SIGTERM is preemption or scancel (Slurm decides), outside a job no-op.
+    assert requeue_before_time_limit(signal.SIGTERM, SRUN_TASK) is None
+    assert requeue_before_time_limit(signal.SIGUSR1, {}) is None
