@@ -97,50 +97,81 @@ def _only_run(logs: pathlib.Path) -> pathlib.Path:
     return runs[0]
 
 
-def _reference(logs: pathlib.Path, iterations: int) -> subprocess.Popen:
-    """The same training with `--cpu-workers 2` outside Slurm (started while the job runs)."""
-    return subprocess.Popen(
-        [str(BIN / "train"), "Cartpole-Balance", *SMALL, "--cpu-workers", "2", "--max-iterations", str(iterations),
-         "--logs-root", str(logs)],
-        cwd=logs.parent, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )  # fmt: skip
+class Reference:
+    """The same training with `--cpu-workers 2` outside Slurm, run once for the tests that compare with it: started
+    when first asked for (so that it overlaps the first job), its metrics read when a test needs them."""
+
+    def __init__(self, logs: pathlib.Path) -> None:
+        self.logs = logs
+        self.proc: subprocess.Popen | None = None
+        self.output = ""
+
+    def start(self) -> None:
+        if self.proc is None:
+            self.proc = subprocess.Popen(
+                [str(BIN / "train"), "Cartpole-Balance", *SMALL, "--cpu-workers", "2", "--max-iterations", "3",
+                 "--logs-root", str(self.logs)],
+                cwd=self.logs.parent, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            )  # fmt: skip
+
+    def metrics(self) -> list[dict]:
+        self.start()
+        assert self.proc is not None
+        if self.proc.returncode is None:
+            self.output = self.proc.communicate(timeout=JOB_TIMEOUT_S)[0] or ""
+        assert self.proc.returncode == 0, self.output[-3000:]
+        return _metrics(_only_run(self.logs))
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
 
 
-def test_the_batch_script_runs_two_srun_tasks_as_one_run_equal_to_two_cpu_workers(cluster, tmp_path):
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    ref = Reference(tmp_path_factory.mktemp("reference") / "logs")
+    try:
+        yield ref
+    finally:
+        ref.stop()
+
+
+def test_the_batch_script_runs_two_srun_tasks_as_one_run_equal_to_two_cpu_workers(
+    cluster, reference, tmp_path
+):
     out = tmp_path / "job.out"
     job_id = _sbatch(
         cluster, out, "-n", "2", str(SCRIPT), "Cartpole-Balance", *SMALL, "--max-iterations", "3",
         "--logs-root", str(tmp_path / "slurm"),
     )  # fmt: skip
-    reference = _reference(tmp_path / "reference", 3)
+    reference.start()
     job = _wait_for_job(cluster, job_id, out)
-    ref_out = reference.communicate(timeout=JOB_TIMEOUT_S)[0]
     assert job["JobState"] == "COMPLETED", _tail(out)
-    assert reference.returncode == 0, ref_out[-3000:]
     text = out.read_text()
     assert "2 workers x 16 envs = 32 envs" in text, text[-3000:]
     run_dir = _only_run(tmp_path / "slurm")
     run = yaml.safe_load((run_dir / "params" / "run.yaml").read_text())
     assert run["world_size"] == 2 and run["slurm_job_id"] == job_id and run["slurm_step_id"] == "0"
     assert run["gradient_reducer"] == "all-gather"
-    assert _metrics(run_dir) == _metrics(_only_run(tmp_path / "reference"))
+    assert _metrics(run_dir) == reference.metrics()
     assert [r["iteration"] for r in _metrics(run_dir)] == [0, 1, 2]  # one writer
 
 
-def test_hosts_slurm_inside_an_allocation_trains_one_run_equal_to_two_cpu_workers(cluster, tmp_path):
+def test_hosts_slurm_inside_an_allocation_trains_one_run_equal_to_two_cpu_workers(
+    cluster, reference, tmp_path
+):
     out = tmp_path / "job.out"
     train = " ".join(["uv", "run", "train", "Cartpole-Balance", *SMALL, "--cpu-workers", "2", "--hosts", "slurm",
                       "--max-iterations", "3", "--logs-root", str(tmp_path / "slurm")])  # fmt: skip
     job_id = _sbatch(cluster, out, "-n", "2", f"--wrap=exec {train}")
-    reference = _reference(tmp_path / "reference", 3)
+    reference.start()
     job = _wait_for_job(cluster, job_id, out)
-    ref_out = reference.communicate(timeout=JOB_TIMEOUT_S)[0]
     assert job["JobState"] == "COMPLETED", _tail(out)
-    assert reference.returncode == 0, ref_out[-3000:]
     assert f"on 1 host ({cluster.node})" in out.read_text(), _tail(out)  # the allocation's node, via scontrol
     run_dir = _only_run(tmp_path / "slurm")
     assert yaml.safe_load((run_dir / "params" / "run.yaml").read_text())["hosts"] == [cluster.node]
-    assert _metrics(run_dir) == _metrics(_only_run(tmp_path / "reference"))
+    assert _metrics(run_dir) == reference.metrics()
 
 
 def test_a_requeued_job_continues_the_same_run_from_its_latest_checkpoint(cluster, tmp_path):
