@@ -19,6 +19,7 @@ from typing import Any, Literal
 from mjfleet.cli.common import parse_task_command, quiet_warp, user_errors, worker_plan
 from mjfleet.launch.devices import launched_externally
 from mjfleet.launch.launcher import run_workers
+from mjfleet.launch.slurm import join_srun_step, requeue_before_time_limit
 from mjfleet.runs import RunDir
 from mjfleet.runs.checkpoints import checkpoint_iteration
 from mjfleet.runs.video import choose_gl_backend, video_requested
@@ -191,6 +192,7 @@ def main(argv: list[str] | None = None) -> None:
         choose_gl_backend()  # before anything imports mujoco
     quiet_warp()
     task_name, flags = parse_args(argv)
+    join_srun_step()  # a task of `srun -n N train ...` joins as one worker (mjfleet.launch.slurm)
     if launched_externally():
         from mjfleet.train.external import train_under_external_launcher
 
@@ -226,6 +228,9 @@ def _run_and_report(
         if is_main:
             _report_interrupt(job, argv, signum)
             job.run_dir.remove_if_empty()  # stopped while Python modules were still importing: nothing written
+            requeued = requeue_before_time_limit(signum)  # Slurm's time-limit warning (SIGUSR1)
+            if requeued is not None:
+                print(f"{PROG}: {requeued}", file=sys.stderr, flush=True)
         raise SystemExit(128 + signum) from None
     except BaseException:
         if is_main:

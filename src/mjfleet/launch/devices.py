@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 from typing import Literal
 
 from mjfleet.errors import UsageError
+from mjfleet.launch.external import read_launcher_env
 
 GpuId = int | str
 """A GPU index (relative to CUDA_VISIBLE_DEVICES when it is set) or a GPU/MIG UUID string."""
@@ -246,7 +247,8 @@ def make_plan(
 def launched_externally() -> bool:
     """Whether a launcher such as torchrun started this process as one of several workers (RANK, MASTER_ADDR and
     a WORLD_SIZE above 1 are set)."""
-    return "RANK" in os.environ and "MASTER_ADDR" in os.environ and int(os.environ.get("WORLD_SIZE", "1")) > 1
+    # Checked (a usage error naming a bad variable) in mjfleet.launch.external [slurm helper's call site].
+    return read_launcher_env() is not None
 
 
 def external_plan(request: GpuRequest, cpu_workers: int, hosts: list[str], threads: int | None) -> WorkerPlan:
@@ -259,8 +261,12 @@ def external_plan(request: GpuRequest, cpu_workers: int, hosts: list[str], threa
             "set): it placed the workers; each uses the GPU of its LOCAL_RANK (--gpu-ids auto or all) or the CPU "
             "(--gpu-ids None)"
         )
-    world = int(os.environ["WORLD_SIZE"])
-    local = int(os.environ.get("LOCAL_WORLD_SIZE", world))
+    launcher = (
+        read_launcher_env()
+    )  # [slurm helper's call site: checked variables instead of int(os.environ[...])]
+    if launcher is None:
+        raise RuntimeError("external_plan called without a launcher environment")
+    world, local = launcher.world_size, launcher.local_world_size
     if runs_on_cpu(request):
         plan = make_plan(request, cpu_workers=local, threads=threads)
     else:

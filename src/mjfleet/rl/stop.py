@@ -9,7 +9,8 @@ from types import FrameType
 
 from mjfleet.signals import StopSignals
 
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)
+"""SIGUSR1: the warning Slurm sends before the time limit (scripts/slurm/train.sbatch), handled like SIGTERM."""
 
 
 class StopRequest:

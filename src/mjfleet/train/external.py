@@ -8,6 +8,7 @@ from typing import Any
 
 from mjfleet.errors import UsageError
 from mjfleet.launch.devices import external_plan, parse_gpu_ids
+from mjfleet.launch.external import leave_together
 from mjfleet.launch.worker import start_worker
 from mjfleet.train.job import TrainJob, reserve_run_dir, resolve
 
@@ -35,7 +36,12 @@ def train_under_external_launcher(
     ctx = start_worker(plan)
     try:
         job = _agree_on_job(ctx, plan, task_name, flags, argv)
-        run_and_report(job, lambda: train(job, ctx), ctx.is_main)
+        try:
+            run_and_report(job, lambda: train(job, ctx), ctx.is_main)
+        except SystemExit as exc:
+            if isinstance(exc.code, int) and exc.code >= 128:  # stopped by a signal
+                leave_together()  # no rank exits (and gets srun to kill rank 0) before rank 0 has saved
+            raise
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()

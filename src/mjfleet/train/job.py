@@ -13,7 +13,13 @@ from mjfleet.errors import UsageError
 from mjfleet.launch.devices import WorkerPlan
 from mjfleet.rl import AgentConfig
 from mjfleet.runs import Retention, RunDir
-from mjfleet.runs.checkpoints import find_checkpoint, find_wandb_checkpoint, read_checkpoint
+from mjfleet.runs.checkpoints import (
+    checkpoint_iteration,
+    find_checkpoint,
+    find_wandb_checkpoint,
+    read_checkpoint,
+)
+from mjfleet.runs.continuation import continuation_for, trim_metrics
 
 
 @dataclass(frozen=True)
@@ -40,16 +46,25 @@ class TrainJob:
     task_modules: tuple[str, ...] = ()
     """Modules that register tasks (MJFLEET_TASK_MODULES as the parent read it): every worker imports them before
     looking the task up, whatever environment it was started with."""
+    slurm: dict[str, Any] | None = None
+    """The Slurm job that runs this training (params/run.yaml records it, so a requeued job finds its run)."""
+    continues_run: bool = False
+    """`run_dir` exists already: a requeued Slurm job continues the run it started there from `resume_from`."""
 
 
 def resolve(task_name: str, flags: Any, plan: WorkerPlan) -> TrainJob:
     """Apply device defaults, check every value once, choose the checkpoint to resume from and the run directory.
     `flags` are `train`'s (mjfleet.cli.train.TrainFlags with the task's --env.* / --agent.*); `plan` the workers'."""
+    from mjfleet.launch.slurm import current_job
     from mjfleet.tasks import get_task
     from mjfleet.tasks.plugins import environment_task_modules
 
     spec = get_task(task_name)
     env, agent = flags.env, flags.agent  # the short aliases are applied already (mjfleet.cli.aliases)
+    # A requeued Slurm job continues the run it started: same directory, its latest checkpoint. Looked up first,
+    # so that its announcement is the first line.
+    slurm_job = current_job()
+    continued = continuation_for(pathlib.Path(flags.logs_root) / agent.experiment_name, slurm_job)
     if env.num_envs is None:
         env.num_envs = spec.default_num_envs(plan.devices[0])
     if env.num_envs < 1:
@@ -80,7 +95,7 @@ def resolve(task_name: str, flags: Any, plan: WorkerPlan) -> TrainJob:
         raise UsageError("--wandb-upload-checkpoints needs --logger wandb")
     # Before the new run directory exists, so that --resume can never pick the (empty) run it is about to start.
     resume_from = None
-    path = _resume_checkpoint(flags, agent)
+    path = continued.checkpoint if continued is not None else _resume_checkpoint(flags, agent)
     if path is not None:
         state = read_checkpoint(path)
         start = int(state["iter"])
@@ -94,7 +109,10 @@ def resolve(task_name: str, flags: Any, plan: WorkerPlan) -> TrainJob:
         _adopt_network_shapes(agent, state, path)
         print(f"resuming from {path} (iteration {start}; training up to iteration {agent.max_iterations})")
         resume_from = str(path)
-    run_dir = RunDir.new(agent.experiment_name, agent.run_name, root=flags.logs_root)
+    if continued is not None:
+        run_dir = RunDir(continued.run_path)
+    else:
+        run_dir = RunDir.new(agent.experiment_name, agent.run_name, root=flags.logs_root)
     return TrainJob(
         spec.name,
         env,
@@ -110,6 +128,8 @@ def resolve(task_name: str, flags: Any, plan: WorkerPlan) -> TrainJob:
         eval_episodes=flags.eval_episodes,
         video=video,
         task_modules=environment_task_modules(),
+        slurm=slurm_job.run_fields() if slurm_job is not None else None,
+        continues_run=continued is not None,
     )
 
 
@@ -139,7 +159,12 @@ def _resume_checkpoint(flags: Any, agent: AgentConfig) -> pathlib.Path | None:
 
 
 def reserve_run_dir(job: TrainJob) -> TrainJob:
-    """`job` with its run directory made (here, once: two runs started in the same second get two)."""
+    """`job` with its run directory made (here, once: two runs started in the same second get two). A continued
+    Slurm run keeps its directory and forgets the metrics of iterations after its checkpoint (trained again)."""
+    if job.continues_run:
+        assert job.resume_from is not None
+        trim_metrics(job.run_dir.metrics_file, checkpoint_iteration(pathlib.Path(job.resume_from)))
+        return job
     try:
         return dataclasses.replace(job, run_dir=job.run_dir.reserve())
     except OSError as exc:

@@ -131,6 +131,7 @@ def _write_run_params(job: TrainJob, ctx: WorkerContext, reducer: str | None, st
             "keep_last": job.retention.keep_last,
             "keep_every": job.retention.keep_every,
             "command": list(job.command) if job.command else sys.argv,
+            **(job.slurm or {}),
         },
     )
 

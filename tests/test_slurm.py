@@ -1,0 +1,274 @@
+"""Slurm for real: a one-node cluster (Debian's slurm-wlm + munge, started by tests/slurm_cluster.py under a temp
+dir and stopped by pid) runs the shipped batch script, unchanged, the way a user submits it.
+
+Skipped with the reason where the cluster cannot run (not root, packages missing; .ci/run installs them as root).
+"""
+
+import json
+import os
+import pathlib
+import re
+import subprocess
+import sys
+import time
+
+import pytest
+import yaml
+from slurm_cluster import SlurmCluster, missing_reason, running_cluster
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "scripts" / "slurm" / "train.sbatch"
+BIN = pathlib.Path(sys.executable).parent
+# Tiny and deterministic: one torch thread everywhere (no measured thread switching), the reducer named.
+SMALL = [
+    "--gpu-ids", "None", "--num-envs", "16", "--agent.num-steps-per-env", "8", "--seed", "5", "--threads", "1",
+    "--agent.algorithm.gradient-reducer", "all-gather",
+]  # fmt: skip
+TIMING = ("env_steps_per_s", "collect_time", "learn_time")
+JOB_TIMEOUT_S = 600
+
+needs_slurm = pytest.mark.skipif(missing_reason() is not None, reason=missing_reason() or "")
+
+
+def test_the_docs_show_the_shipped_batch_script_verbatim():
+    assert SCRIPT.read_text() in (ROOT / "docs" / "distributed.md").read_text()
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    reason = missing_reason()
+    if reason is not None:
+        pytest.skip(reason)
+    with running_cluster(tmp_path_factory.mktemp("slurm")) as started:
+        yield started
+
+
+def _env(cluster: SlurmCluster) -> dict[str, str]:
+    # Jobs inherit this environment (sbatch --export=ALL): the cluster, and the shared warp kernel cache.
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "SBATCH_", "SRUN_"))}
+    return {**env, **cluster.env(), "WARP_CACHE_PATH": os.environ["WARP_CACHE_PATH"]}
+
+
+def _sbatch(cluster: SlurmCluster, out: pathlib.Path, *args: str) -> str:
+    result = subprocess.run(
+        ["sbatch", "--parsable", f"--output={out}", f"--chdir={ROOT}", *args],
+        capture_output=True, text=True, env=_env(cluster), timeout=60, check=True,
+    )  # fmt: skip
+    return result.stdout.strip().split(";")[0]
+
+
+def _job(cluster: SlurmCluster, job_id: str) -> dict[str, str]:
+    out = subprocess.run(
+        ["scontrol", "show", "job", job_id], capture_output=True, text=True, env=_env(cluster), timeout=60
+    ).stdout
+    return dict(re.findall(r"(\w+)=(\S*)", out))
+
+
+def _wait_for_job(cluster: SlurmCluster, job_id: str, out: pathlib.Path) -> dict[str, str]:
+    deadline = time.monotonic() + JOB_TIMEOUT_S
+    while time.monotonic() < deadline:
+        job = _job(cluster, job_id)
+        if job.get("JobState") in (
+            "COMPLETED",
+            "FAILED",
+            "CANCELLED",
+            "TIMEOUT",
+            "NODE_FAIL",
+            "OUT_OF_MEMORY",
+        ):
+            return job
+        time.sleep(1)
+    subprocess.run(["scancel", job_id], env=_env(cluster), timeout=60)
+    pytest.fail(f"job {job_id} did not end in {JOB_TIMEOUT_S} s:\n{_tail(out)}")
+
+
+def _tail(path: pathlib.Path) -> str:
+    return path.read_text(errors="replace")[-4000:] if path.exists() else f"({path} not written)"
+
+
+def _metrics(run_dir: pathlib.Path) -> list[dict]:
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return [{k: v for k, v in r.items() if k not in TIMING and not k.startswith("Perf/")} for r in rows]
+
+
+def _only_run(logs: pathlib.Path) -> pathlib.Path:
+    runs = sorted((logs / "cartpole_balance").iterdir())
+    assert len(runs) == 1, runs
+    return runs[0]
+
+
+class Reference:
+    """The same training with `--cpu-workers 2` outside Slurm, run once for the tests that compare with it: started
+    when first asked for (so that it overlaps the first job), its metrics read when a test needs them."""
+
+    def __init__(self, logs: pathlib.Path) -> None:
+        self.logs = logs
+        self.proc: subprocess.Popen | None = None
+        self.output = ""
+
+    def start(self) -> None:
+        if self.proc is None:
+            self.proc = subprocess.Popen(
+                [str(BIN / "train"), "Cartpole-Balance", *SMALL, "--cpu-workers", "2", "--max-iterations", "3",
+                 "--logs-root", str(self.logs)],
+                cwd=self.logs.parent, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            )  # fmt: skip
+
+    def metrics(self) -> list[dict]:
+        self.start()
+        assert self.proc is not None
+        if self.proc.returncode is None:
+            self.output = self.proc.communicate(timeout=JOB_TIMEOUT_S)[0] or ""
+        assert self.proc.returncode == 0, self.output[-3000:]
+        return _metrics(_only_run(self.logs))
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    ref = Reference(tmp_path_factory.mktemp("reference") / "logs")
+    try:
+        yield ref
+    finally:
+        ref.stop()
+
+
+def test_the_batch_script_runs_two_srun_tasks_as_one_run_equal_to_two_cpu_workers(
+    cluster, reference, tmp_path
+):
+    out = tmp_path / "job.out"
+    job_id = _sbatch(
+        cluster, out, "-n", "2", str(SCRIPT), "Cartpole-Balance", *SMALL, "--max-iterations", "3",
+        "--logs-root", str(tmp_path / "slurm"),
+    )  # fmt: skip
+    reference.start()
+    job = _wait_for_job(cluster, job_id, out)
+    assert job["JobState"] == "COMPLETED", _tail(out)
+    text = out.read_text()
+    assert "2 workers x 16 envs = 32 envs" in text, text[-3000:]
+    run_dir = _only_run(tmp_path / "slurm")
+    run = yaml.safe_load((run_dir / "params" / "run.yaml").read_text())
+    assert run["world_size"] == 2 and run["slurm_job_id"] == job_id and run["slurm_step_id"] == "0"
+    assert run["gradient_reducer"] == "all-gather"
+    assert _metrics(run_dir) == reference.metrics()
+    assert [r["iteration"] for r in _metrics(run_dir)] == [0, 1, 2]  # one writer
+
+
+def test_hosts_slurm_inside_an_allocation_trains_one_run_equal_to_two_cpu_workers(
+    cluster, reference, tmp_path
+):
+    out = tmp_path / "job.out"
+    train = " ".join(["uv", "run", "train", "Cartpole-Balance", *SMALL, "--cpu-workers", "2", "--hosts", "slurm",
+                      "--max-iterations", "3", "--logs-root", str(tmp_path / "slurm")])  # fmt: skip
+    job_id = _sbatch(cluster, out, "-n", "2", f"--wrap=exec {train}")
+    reference.start()
+    job = _wait_for_job(cluster, job_id, out)
+    assert job["JobState"] == "COMPLETED", _tail(out)
+    assert f"on 1 host ({cluster.node})" in out.read_text(), _tail(out)  # the allocation's node, via scontrol
+    run_dir = _only_run(tmp_path / "slurm")
+    assert yaml.safe_load((run_dir / "params" / "run.yaml").read_text())["hosts"] == [cluster.node]
+    assert _metrics(run_dir) == reference.metrics()
+
+
+def test_a_requeued_job_continues_the_same_run_from_its_latest_checkpoint(cluster, tmp_path):
+    """Preemption: `scontrol requeue` mid-run sends Slurm's SIGTERM; the workers save, and the same job, started
+    again by Slurm with the same unchanged script, continues that run directory. Then the time-limit warning
+    (SIGUSR1 to the batch step, as `--signal=B:USR1@...` sends it): the workers save, train requeues its own job,
+    and the third start continues the run again, to the same final iteration."""
+    out, logs, iterations = tmp_path / "job.out", tmp_path / "logs", 16
+    job_id = _sbatch(
+        cluster, out, "--requeue", "-n", "2", str(SCRIPT), "Cartpole-Balance", *SMALL,
+        "--max-iterations", str(iterations), "--agent.save-interval", "2", "--logs-root", str(logs),
+    )  # fmt: skip
+    deadline = time.monotonic() + JOB_TIMEOUT_S
+    while not list(logs.glob("*/*/model_*.pt")) and time.monotonic() < deadline:
+        if _job(cluster, job_id).get("JobState") not in ("PENDING", "RUNNING", "CONFIGURING"):
+            pytest.fail(f"job {job_id} ended before its first checkpoint:\n{_tail(out)}")
+        time.sleep(0.2)
+    assert list(logs.glob("*/*/model_*.pt")), _tail(out)
+    subprocess.run(["scontrol", "requeue", job_id], env=_env(cluster), timeout=60, check=True)
+    _release_requeued(cluster, job_id, 1, out)
+    run_dir, first_stop = _only_run(logs), _first_stop(out)
+    while not [p for p in run_dir.glob("model_*.pt") if _iteration(p) > first_stop]:
+        if time.monotonic() > deadline or _job(cluster, job_id).get("JobState") not in ("PENDING", "RUNNING"):
+            pytest.fail(f"job {job_id} saved no checkpoint after it continued:\n{_tail(out)}")
+        time.sleep(0.2)
+    subprocess.run(["scancel", "--batch", "--signal=USR1", job_id], env=_env(cluster), timeout=60, check=True)
+    _release_requeued(cluster, job_id, 2, out)
+    job = _wait_for_job(cluster, job_id, out)
+    text = out.read_text()
+    assert job["JobState"] == "COMPLETED" and job["Restarts"] == "2", text[-4000:]
+
+    first, second_and_third = text.split(f"job {job_id} (restart 1)")
+    second, third = second_and_third.split(f"job {job_id} (restart 2)")
+    assert "stopped by SIGTERM" in first, first[-3000:]  # Slurm's SIGTERM reached the workers; rank 0 saved
+    assert _only_run(logs) == run_dir
+    saved = re.search(r"stopped by SIGTERM after iteration \d+; checkpoint (\S+model_(\d+)\.pt)", first)
+    assert saved and pathlib.Path(saved.group(1)).parent == run_dir, first[-3000:]
+    start = int(saved.group(2))
+    assert 2 <= start < iterations
+    after_echo = second.split("\n", 1)[1]
+    assert after_echo.startswith(f"continuing run {run_dir}: Slurm job {job_id} restarted"), second[:2000]
+    assert f"resuming from {saved.group(1)} (iteration {start}" in second
+    assert "stopped by SIGUSR1" in second and f"requeued Slurm job {job_id}" in second, second[-3000:]
+    warned = re.search(r"stopped by SIGUSR1 after iteration \d+; checkpoint (\S+model_(\d+)\.pt)", second)
+    assert warned and int(warned.group(2)) > start, second[-3000:]
+    assert third.split("\n", 1)[1].startswith(
+        f"continuing run {run_dir}: Slurm job {job_id} restarted (2 times)"
+    )
+    run = yaml.safe_load((run_dir / "params" / "run.yaml").read_text())
+    assert run["slurm_job_id"] == job_id and run["slurm_restart_count"] == 2
+    assert run["resumed_from"] == warned.group(1) and run["start_iteration"] == int(warned.group(2))
+    assert [r["iteration"] for r in _metrics(run_dir)] == list(range(iterations))  # each iteration once
+    assert (run_dir / f"model_{iterations}.pt").exists()
+
+
+def _iteration(checkpoint: pathlib.Path) -> int:
+    return int(checkpoint.stem.split("_")[1])
+
+
+def _first_stop(out: pathlib.Path) -> int:
+    """The iteration the first start saved at when Slurm's SIGTERM stopped it."""
+    found = re.search(r"stopped by SIGTERM after iteration (\d+)", out.read_text())
+    assert found, _tail(out)
+    return int(found.group(1))
+
+
+def _release_requeued(cluster: SlurmCluster, job_id: str, restarts: int, out: pathlib.Path) -> None:
+    """Wait until Slurm has requeued the job (`restarts` counted) and let it start at once: Slurm holds a requeued
+    job back for a while (its BeginTime), which a test need not wait for."""
+    deadline = time.monotonic() + JOB_TIMEOUT_S
+    while time.monotonic() < deadline:
+        job = _job(cluster, job_id)
+        if job.get("Restarts") == str(restarts) and job.get("JobState") in ("PENDING", "RUNNING"):
+            if job["JobState"] == "PENDING":
+                subprocess.run(
+                    ["scontrol", "update", f"JobId={job_id}", "StartTime=now"], env=_env(cluster), timeout=60
+                )
+            return
+        time.sleep(0.3)
+    pytest.fail(f"job {job_id} was not requeued a {restarts}. time:\n{_tail(out)}")
+
+
+@needs_slurm
+def test_every_daemon_is_stopped_by_pid_even_when_the_test_fails(tmp_path):
+    started: dict[str, int] = {}
+    with pytest.raises(RuntimeError, match="deliberate"), running_cluster(tmp_path) as own:
+        started = {name: proc.pid for name, proc in own.procs.items()}
+        assert subprocess.run(["sinfo", "-h"], env=_env(own), capture_output=True, timeout=60).returncode == 0
+        raise RuntimeError("deliberate failure inside the cluster's block")
+    assert sorted(started) == ["munged", "slurmctld", "slurmd"]
+    for name, pid in started.items():
+        assert not _alive(pid), f"{name} (pid {pid}) still runs"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(") ", 1)[1][0] != "Z"
+    except (OSError, IndexError):
+        return False
