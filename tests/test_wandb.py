@@ -10,7 +10,6 @@ from helpers import (
     CARTPOLE_EXPERIMENT,
     NO_GL,
     SMALL_CARTPOLE,
-    copy_workdir,
     iterations_in,
     mp4_frames,
     run_cli,
@@ -46,18 +45,6 @@ def wandb_run(tmp_path_factory):
     return cwd, run_dir, offline, result
 
 
-def own_copy(wandb_run, tmp_path, monkeypatch):
-    """(workdir, run dir, wandb run dir) of a copy of the fixture's run, made the working directory, wandb
-    offline: for a test that writes into the run (eval.json, a resumed run beside it) or deletes from it. Play
-    and resume run in this process: what is under test is where they find the checkpoint."""
-    cwd, run_dir, offline, _ = wandb_run
-    copy = copy_workdir(cwd, tmp_path)
-    monkeypatch.chdir(copy)
-    for name, value in WANDB_OFFLINE.items():
-        monkeypatch.setenv(name, value)
-    return copy, copy / run_dir.relative_to(cwd), copy / offline.relative_to(cwd)
-
-
 def test_wandb_offline_logs_metrics_uploads_checkpoints_and_keeps_them_in_the_runs_files(wandb_run):
     _, run_dir, offline, _ = wandb_run
     assert list(offline.glob("*.wandb"))
@@ -77,42 +64,22 @@ def test_wandb_gets_the_training_videos(wandb_run):
     assert len(logged) == 2 and all(len(mp4_frames(v)[1]) == 4 for v in logged)
 
 
-def test_play_takes_the_checkpoint_from_a_wandb_runs_local_files(wandb_run, tmp_path, monkeypatch):
-    from mjfleet.cli.play import main
-
-    cwd, run_dir, offline = own_copy(wandb_run, tmp_path, monkeypatch)
+def test_play_takes_the_checkpoint_from_a_wandb_runs_local_files(wandb_run):
+    cwd, run_dir, offline, _ = wandb_run
     run_id = offline.name.rsplit("-", 1)[1]
     (run_dir / "model_2.pt").unlink()  # only the wandb run's copy is left to find
-    main(["Cartpole-Balance", "--gpu-ids", "None", "--num-envs", "4", "--episodes", "4",
-          "--wandb-run-path", f"someone/mjfleet-test/{run_id}"])  # fmt: skip
+    run_cli("play", "Cartpole-Balance", "--gpu-ids", "None", "--num-envs", "4", "--episodes", "4",
+            "--wandb-run-path", f"someone/mjfleet-test/{run_id}", cwd=cwd, env=WANDB_OFFLINE, check=True)  # fmt: skip
     report = json.loads((run_dir / "eval.json").read_text())  # in the run directory, not in wandb's files
     assert report["checkpoint"] == str((offline / "files" / "model_2.pt").resolve())
     assert report["iteration"] == 2 and report["episodes"] == 4
 
 
-def test_resume_from_a_wandb_run_directory_continues_its_latest_checkpoint(
-    wandb_run, tmp_path, monkeypatch, capsys
-):
-    from mjfleet.cli.train import main
-
-    cwd, run_dir, offline = own_copy(wandb_run, tmp_path, monkeypatch)
-    capsys.readouterr()
-    main(
-        [
-            "Cartpole-Balance",
-            "--gpu-ids",
-            "None",
-            *SMALL,
-            "--max-iterations",
-            "3",
-            "--wandb-run-path",
-            str(offline),
-        ]
-    )
-    assert (
-        f"resuming from {(offline / 'files' / 'model_2.pt').resolve()} (iteration 2"
-        in capsys.readouterr().out
-    )
+def test_resume_from_a_wandb_run_directory_continues_its_latest_checkpoint(wandb_run):
+    cwd, run_dir, offline, _ = wandb_run
+    result = run_cli("train", "Cartpole-Balance", "--gpu-ids", "None", *SMALL, "--max-iterations", "3",
+                     "--wandb-run-path", str(offline), cwd=cwd, env=WANDB_OFFLINE, check=True)  # fmt: skip
+    assert f"resuming from {(offline / 'files' / 'model_2.pt').resolve()} (iteration 2" in result.stdout
     (resumed,) = [r for r in (cwd / "logs" / EXPERIMENT).iterdir() if r != run_dir]
     assert iterations_in(resumed) == [2]
     assert read_checkpoint(resumed / "model_3.pt")["env_steps"] == 3 * 32 * 8
