@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from mjfleet.cli.common import parse_task_command, quiet_warp, user_errors
+from mjfleet.cli.live_viewer import Viewer, bare_viewer_means_auto, choose_viewer, open_viewer
 from mjfleet.errors import UsageError, first_line
 from mjfleet.runs.run_dir import atomic_write_text
 
@@ -27,7 +28,8 @@ Evaluate a policy: the latest checkpoint of the task's experiment unless told ot
   play Cartpole-Balance                              latest run, latest checkpoint, 32 episodes
   play Cartpole-Balance --checkpoint 100 --load-run 2026-01-31   a given run and iteration (or a file path)
   play Cartpole-Balance --video --export             also an mp4 of env 0 and exported/policy.onnx
-  play Cartpole-Balance --viewer                     watch env 0 live in MuJoCo's viewer window (needs a display)
+  play Cartpole-Balance --viewer                     watch live: MuJoCo's window with a display, else a browser
+  play Quadruped-Velocity-Flat --viewer viser        in a web browser (prints the URL; 127.0.0.1 only)
   play Cartpole-Balance --agent random               a baseline without a checkpoint (random or zero)
   play Quadruped-Velocity-Flat --baselines --command 0.5 0 0   trained vs zero vs random, one fixed command
   play <Task> --help                                 every flag of that task"""
@@ -71,11 +73,20 @@ class PlayFlags:
     video_height: int = 480
     video_camera: str | None = None
     """A model camera name or number (-1: free camera). Default: the model's first camera, else a free one."""
-    viewer: bool = False
-    """Watch one environment live in MuJoCo's viewer window (needs a display; no network port) until the window
-    closes or the episodes end."""
+    # --- live viewer (wired by mjfleet.cli.live_viewer) ---
+    viewer: Viewer = "none"
+    """Watch the evaluation live until the episodes end. native: MuJoCo's window (needs a display; no network
+    port); viser: a web browser (prints the URL); auto (also a bare --viewer): native where a window opens, else
+    viser."""
     viewer_env: int = 0
-    """The environment the viewer shows."""
+    """The environment the viewer follows."""
+    viewer_envs: int = 4
+    """viser: how many environments (the first ones) the browser shows."""
+    viewer_host: str = "127.0.0.1"
+    """viser: the address its server binds. 0.0.0.0 lets other machines connect (no password: a warning says
+    so)."""
+    viewer_port: int = 8080
+    """viser: the port it serves the page on; the next free one when that is busy."""
     speed: float = 1.0
     """Viewer pace: simulated time runs at this multiple of real time (as fast as possible when it cannot)."""
     export: bool = False
@@ -95,7 +106,7 @@ def parse_args(argv: list[str]) -> tuple[str, Any]:
     # The --env.* flags change the task's play settings, or with --train-env its training config.
     train_env = _flag_given(argv, "--train-env")
     return parse_task_command(
-        _agent_alias(argv),
+        _agent_alias(bare_viewer_means_auto(argv)),
         PROG,
         USAGE,
         PlayFlags,
@@ -142,11 +153,6 @@ def check_flags(flags: Any) -> None:
         w, h = flags.video_width, flags.video_height
         if w < 2 or h < 2 or w % 2 or h % 2:
             raise UsageError(f"--video-width/--video-height must be even numbers >= 2 (H.264), got {w}x{h}")
-    if flags.viewer:
-        if not flags.speed > 0:
-            raise UsageError(f"--speed must be > 0, got {flags.speed}")
-        if flags.viewer_env < 0:
-            raise UsageError(f"--viewer-env must be >= 0, got {flags.viewer_env}")
     if flags.policy != "checkpoint":
         if flags.baselines:
             raise UsageError(
@@ -192,14 +198,7 @@ def play(task_name: str, flags: Any) -> dict[str, Any]:
         env_cfg.num_envs = DEFAULT_NUM_ENVS
     if env_cfg.num_envs < 1:
         raise UsageError(f"--num-envs must be >= 1, got {env_cfg.num_envs}")
-    if flags.viewer:
-        from mjfleet.runs.viewer import check_display
-
-        if flags.viewer_env >= env_cfg.num_envs:
-            raise UsageError(
-                f"--viewer-env {flags.viewer_env}: there are {env_cfg.num_envs} environments (--num-envs)"
-            )
-        check_display()
+    viewer_kind = choose_viewer(flags, env_cfg.num_envs)  # live viewer: the flags' checks and auto's choice
     if flags.command is not None:
         commands = getattr(env_cfg, "commands", None)
         if not callable(getattr(commands, "fix", None)):
@@ -273,35 +272,16 @@ def play(task_name: str, flags: Any) -> dict[str, Any]:
         if writer is not None and recorder is not None:
             video_writer, video_recorder = writer, recorder
             frame_sink = lambda: video_writer.write(video_recorder.frame())  # noqa: E731
-        viewer = on_step = None
-        closed_early: list[bool] = []
-        if flags.viewer:
-            from mjfleet.runs.viewer import EnvViewer
-
-            viewer = EnvViewer(env, flags.viewer_env, flags.speed)
-            print(
-                f"viewer: environment {flags.viewer_env} of {spec.name} at {flags.speed:g}x real time; "
-                "close the window to stop",
-                flush=True,
-            )
-            live = viewer
-
-            def on_step() -> bool:
-                if not live.is_running:  # the user closed the window: stop with the episodes finished so far
-                    closed_early.append(True)
-                    return False
-                live.show()
-                return True
-
+        live = open_viewer(viewer_kind, env, act, flags, spec.name, checkpoint, device)  # live viewer
         try:
             torch.manual_seed(agent_cfg.seed)  # the baselines start from the same states and commands
             result = evaluate(
                 env,
-                act,
+                live.policy,
                 flags.episodes,
                 frame_sink=frame_sink,
                 video_length=flags.video_length,
-                on_step=on_step,
+                on_step=live.on_step,
             )
         except BaseException:
             if writer is not None:
@@ -310,8 +290,7 @@ def play(task_name: str, flags: Any) -> dict[str, Any]:
         finally:
             if recorder is not None:
                 recorder.close()
-            if viewer is not None:
-                viewer.close()
+            live.close()
         if writer is not None:
             writer.close()
 
@@ -359,9 +338,7 @@ def play(task_name: str, flags: Any) -> dict[str, Any]:
         "baselines": baselines,
         "wall_s": time.perf_counter() - start,
         "video": str(video_path) if video_path else None,
-        "viewer": {"env": flags.viewer_env, "speed": flags.speed, "closed_early": bool(closed_early)}
-        if flags.viewer
-        else None,
+        "viewer": live.summary or None,
         "exported": exported,
         "env_cfg": _plain(dataclasses.asdict(env_cfg)),
     }

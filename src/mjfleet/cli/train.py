@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from mjfleet.cli.common import parse_task_command, quiet_warp, user_errors, worker_plan
+from mjfleet.cli.live_viewer import open_training_viewer, training_viewer_settings
 from mjfleet.envs import EnvConfig
 from mjfleet.errors import UsageError, first_line
 from mjfleet.launch.devices import WorkerPlan, external_plan, launched_externally, parse_gpu_ids
@@ -118,6 +119,17 @@ class TrainFlags:
     the next iterations."""
     video_width: int = 640
     video_height: int = 480
+    # --- live viewer (wired by mjfleet.cli.live_viewer) ---
+    viewer: Literal["none", "viser"] = "none"
+    """viser: rank 0's first environments live in a web browser while training (read-only; redrawn at most 10
+    times a second; prints the URL)."""
+    viewer_envs: int = 4
+    """viser: how many environments (rank 0's first ones) the browser shows."""
+    viewer_host: str = "127.0.0.1"
+    """viser: the address its server binds. 0.0.0.0 lets other machines connect (no password: a warning says
+    so)."""
+    viewer_port: int = 8080
+    """viser: the port it serves the page on; the next free one when that is busy."""
     wandb_run_path: str | None = None
     """Resume from the checkpoints a wandb run stored locally: `entity/project/run_id` (or `project/run_id`,
     `run_id`), found as <logs-root>/**/wandb/*run-*-<run_id>/files/model_<N>.pt, or such a wandb run directory.
@@ -146,6 +158,8 @@ class TrainJob:
     eval_episodes: int = 16
     video: tuple[int, int, int, int] | None = None
     """--video: (interval, length, width, height); None: no video."""
+    viewer: tuple[int, str, int] | None = None
+    """--viewer viser: (environments shown, host, port); None: no viewer."""
 
 
 def parse_args(argv: list[str]) -> tuple[str, Any]:
@@ -234,6 +248,7 @@ def resolve(task_name: str, flags: Any, plan: WorkerPlan | None = None) -> Train
         eval_interval=flags.eval_interval,
         eval_episodes=flags.eval_episodes,
         video=video,
+        viewer=training_viewer_settings(flags),  # live viewer
     )
 
 
@@ -318,6 +333,7 @@ def train_worker(job: TrainJob) -> dict[str, Any]:
 
             interval, length, width, height = job.video
             video = TrainingVideo(env, job.run_dir.path / "videos", interval, length, width, height)
+        viewer = open_training_viewer(job.viewer, env, job.task) if ctx.is_main else None  # live viewer
         runner = FleetRunner(
             env,
             job.agent,
@@ -333,6 +349,7 @@ def train_worker(job: TrainJob) -> dict[str, Any]:
             evaluator=evaluator,
             eval_interval=job.eval_interval,
             video=video,
+            on_step=viewer.step if viewer is not None else None,
         )
         if job.resume_from is not None:
             try:
@@ -373,6 +390,8 @@ def train_worker(job: TrainJob) -> dict[str, Any]:
             )
         finally:
             runner.close()
+            if viewer is not None:
+                viewer.close()
         if ctx.is_main:
             _plot(job.run_dir)
     if runner.interrupted is not None:

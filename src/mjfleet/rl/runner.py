@@ -62,8 +62,11 @@ class FleetRunner:
         evaluator: Callable[[Callable], dict[str, Any]] | None = None,
         eval_interval: int = 0,
         video: TrainingVideo | None = None,
+        on_step: Callable[[], None] | None = None,
     ) -> None:
         self.env = env
+        self.on_step = on_step
+        """Called after every rollout step on this rank (rank 0's `train --viewer viser`); it must not sync."""
         self.video = video
         """Rank 0's `train --video`: frames of env 0 drawn during the rollout, every few iterations."""
         self.on_iteration = on_iteration
@@ -164,7 +167,7 @@ class FleetRunner:
         start_it = self.current_learning_iteration
         total_it = start_it + num_learning_iterations
         train_start = time.perf_counter()
-        video = self.video
+        video, on_step = self.video, self.on_step
         for it in range(start_it, total_it):
             t0 = time.perf_counter()
             if video is not None:
@@ -185,6 +188,8 @@ class FleetRunner:
                     stats.update(rewards, dones, extras)
                     if video is not None:
                         video.step()
+                    if on_step is not None:
+                        on_step()
                 self.alg.compute_returns(obs)
             # the one host synchronisation of the rollout
             episode = stats.collect(self.alg.sum_across_workers)

@@ -1,0 +1,110 @@
+"""The first environments of a batch, drawn in a web browser with viser: the part every browser view shares.
+
+`BatchScene` starts a viser server (one port: the page and its websocket) and draws the chosen worlds from the
+simulation's batched body poses through mjviser's MuJoCo scene (geoms, meshes, height fields built once from the
+model, then moved as batched instances). `TrainingView` is `train --viewer viser`: rank 0's first environments,
+read-only, redrawn at most a few times a second so that training barely notices.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import math
+import time
+from typing import Any
+
+import numpy as np
+
+LOOPBACK = "127.0.0.1"
+SPACING_MARGIN = 2.0
+"""Worlds that share one origin are laid out this many model extents apart, so that they do not overlap."""
+
+
+class BatchScene:
+    """A viser server showing worlds 0..envs-1 of `env` (the `follow`ed one among them, the camera on it)."""
+
+    def __init__(
+        self,
+        env: Any,
+        *,
+        envs: int = 4,
+        follow: int = 0,
+        host: str = LOOPBACK,
+        port: int = 8080,
+        title: str = "mjfleet",
+    ) -> None:
+        import viser
+        from mjviser import ViserMujocoScene
+
+        self.env = env
+        self.shown = min(max(envs, follow + 1), env.num_envs)
+        with contextlib.redirect_stdout(io.StringIO()):  # viser's own address box: the caller prints one line
+            self.server = viser.ViserServer(host=host, port=port, label=title, verbose=False)
+        self.port = self.server.get_port()  # the next free one when `port` was busy
+        self.scene = ViserMujocoScene(self.server, env.mj_model, num_envs=self.shown)
+        # No environment map: its lighting costs a software-rendered page (no GPU) many seconds per frame.
+        self.server.scene.configure_environment_map(hdri=None)
+        self.server.scene.configure_default_lights(enabled=True, cast_shadow=False)
+        self.scene.env_idx = follow
+        # The scene is drawn around the followed robot: look at it from the front left, a few model sizes away.
+        extent = float(env.mj_model.stat.extent)
+        self.server.initial_camera.position = (1.6 * extent, -2.2 * extent, 1.2 * extent)
+        self.server.initial_camera.look_at = (0.0, 0.0, 0.0)
+        self._offsets = self._grid_offsets()
+        self.status = self.server.gui.add_markdown("starting")
+
+    @property
+    def follow(self) -> int:
+        return self.scene.env_idx
+
+    def draw(self) -> None:
+        """Send the shown worlds' current body poses to the page (one copy from the simulation's device)."""
+        sim, n = self.env.sim, self.shown
+        xpos = sim.xpos[:n].detach().cpu().numpy() + self._offsets[:, None, :]
+        xmat = sim.data_view("xmat")[:n].detach().cpu().numpy()
+        self.scene.update_from_arrays(xpos, xmat)
+
+    def _grid_offsets(self) -> np.ndarray:
+        """Display offsets (n, 3): a square grid when the shown worlds share one origin (the task's
+        `env_origins`, if it has them: rough terrain spreads its robots over tiles), else zeros."""
+        n = self.shown
+        origins = getattr(self.env, "env_origins", None)
+        if n == 1 or (origins is not None and bool((origins[:n] != origins[0]).any())):
+            return np.zeros((n, 3))
+        spacing = SPACING_MARGIN * float(self.env.mj_model.stat.extent)
+        side = math.ceil(math.sqrt(n))
+        rows, cols = np.divmod(np.arange(n), side)
+        return np.stack([cols * spacing, -rows * spacing, np.zeros(n)], axis=1)
+
+    def close(self) -> None:
+        self.server.stop()
+
+
+class TrainingView:
+    """`train --viewer viser`: rank 0's first environments while training, read-only.
+
+    `step()` is called after every rollout step; it draws only when `1 / fps` seconds passed since the last
+    drawing, so the cost (one device-to-host copy of the shown worlds' poses and one message) is bounded per second
+    of training, not per step."""
+
+    def __init__(self, env: Any, *, fps: float = 10.0, **scene: Any) -> None:
+        self.view = BatchScene(env, **scene)
+        self.port = self.view.port
+        self.shown = self.view.shown
+        self._period = 1.0 / fps
+        self._next = 0.0
+        self.steps = self.draws = 0
+
+    def step(self) -> None:
+        self.steps += 1
+        now = time.perf_counter()
+        if now < self._next:
+            return
+        self._next = now + self._period
+        self.view.draw()
+        self.draws += 1
+        self.view.status.content = f"**training** · rollout step {self.steps} · read-only"
+
+    def close(self) -> None:
+        self.view.close()
