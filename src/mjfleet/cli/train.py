@@ -121,7 +121,7 @@ class TrainFlags:
     video_height: int = 480
     # --- live viewer (wired by mjfleet.cli.live_viewer) ---
     viewer: Literal["none", "viser"] = "none"
-    """viser: rank 0's first environments live in a web browser while training (read-only; redrawn at most 10
+    """viser: rank 0's first environments live in a web browser while training (read-only; redrawn at most 5
     times a second; prints the URL)."""
     viewer_envs: int = 4
     """viser: how many environments (rank 0's first ones) the browser shows."""

@@ -47,11 +47,13 @@ class BatchScene:
         self.server.scene.configure_environment_map(hdri=None)
         self.server.scene.configure_default_lights(enabled=True, cast_shadow=False)
         self.scene.env_idx = follow
-        # The scene is drawn around the followed robot: look at it from the front left, a few model sizes away.
-        extent = float(env.mj_model.stat.extent)
-        self.server.initial_camera.position = (1.6 * extent, -2.2 * extent, 1.2 * extent)
-        self.server.initial_camera.look_at = (0.0, 0.0, 0.0)
         self._offsets = self._grid_offsets()
+        # The scene is drawn around the followed robot (mjviser moves it to the origin): look at the middle of
+        # the shown worlds from the front right, far enough to see them all.
+        centre = self._offsets.mean(axis=0) - self._offsets[follow]
+        span = float(np.ptp(self._offsets[:, :2], axis=0).max()) + 2.0 * float(env.mj_model.stat.extent)
+        self.server.initial_camera.look_at = tuple(centre)
+        self.server.initial_camera.position = tuple(centre + span * np.array([0.9, -1.3, 0.8]))
         self.status = self.server.gui.add_markdown("starting")
 
     @property
@@ -88,7 +90,7 @@ class TrainingView:
     drawing, so the cost (one device-to-host copy of the shown worlds' poses and one message) is bounded per second
     of training, not per step."""
 
-    def __init__(self, env: Any, *, fps: float = 10.0, **scene: Any) -> None:
+    def __init__(self, env: Any, *, fps: float = 5.0, **scene: Any) -> None:
         self.view = BatchScene(env, **scene)
         self.port = self.view.port
         self.shown = self.view.shown
