@@ -276,7 +276,6 @@ def test_max_env_steps_becomes_the_iterations_that_reach_it_over_all_workers(cap
         ("train", ["--agent.load-checkpoint", "model_100.pt"], ["mjfleet's is --checkpoint 100"]),
         ("train", ["--agent.load-run", "2026-05-01"], ["mjfleet's is --load-run 2026-05-01"]),
         ("play", ["--log-root", "/tmp/l"], ["mjfleet's is --logs-root /tmp/l"]),
-        ("play", ["--viewer", "viser"], ["--viewer viser", "mjfleet's is --viewer, a switch with no value"]),
         (
             "play",
             ["--wandb-checkpoint-name", "model_40.pt"],

@@ -91,11 +91,11 @@ def test_viewer_shows_a_window_and_ends_with_the_episodes(display, tmp_path):
 @pytest.mark.parametrize(
     ("display", "needle"),
     [
-        (None, "--viewer needs a display"),
-        (":239", "cannot open a window on display ':239'"),
+        (None, "--viewer native needs a display"),
+        (":239", "--viewer native cannot open a window on display ':239'"),
     ],  # no X server at :239
 )
-def test_viewer_without_a_usable_display_is_one_line_suggesting_video(
+def test_native_viewer_without_a_usable_display_is_one_line_suggesting_the_browser_or_a_video(
     display, needle, tmp_path, monkeypatch, capsys
 ):
     from mjfleet.cli.play import main
@@ -107,10 +107,12 @@ def test_viewer_without_a_usable_display_is_one_line_suggesting_video(
     else:
         monkeypatch.setenv("DISPLAY", display)
     with pytest.raises(SystemExit) as exit_info:
-        main(["Cartpole-Balance", "--agent", "zero", "--gpu-ids", "None", "--viewer"])
+        main(["Cartpole-Balance", "--agent", "zero", "--gpu-ids", "None", "--viewer", "native"])
     lines = capsys.readouterr().err.strip().splitlines()
     assert exit_info.value.code == 2 and len(lines) == 1, lines
-    assert needle in lines[0] and "record a video instead: --video" in lines[0]
+    assert (
+        needle in lines[0] and "--viewer viser" in lines[0] and "record a video instead: --video" in lines[0]
+    )
 
 
 def test_a_closed_viewer_stops_the_evaluation_at_that_step():

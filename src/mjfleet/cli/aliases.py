@@ -53,7 +53,6 @@ def apply_aliases(flags: Any, sweeps: Collection[str] = ()) -> None:
 
 SWITCH_VALUES: dict[str, tuple[str, ...]] = {
     "--video": ("true", "false", "1", "0", "yes", "no"),
-    "--viewer": ("native", "viser", "auto"),
 }
 """mjfleet's switches that mjlab spells with a value: only these values make them mjlab's spelling."""
 
@@ -84,9 +83,6 @@ MJLAB_FLAGS: dict[str, Callable[[str | None], str]] = {
     "--log-root": lambda v: f"--logs-root {v or '<dir>'} (run directories: <logs-root>/<experiment>/<time>)",
     "--camera": lambda v: f"--video-camera {v or '<name or id>'}",
     "--video": lambda v: "--video, a switch with no value (leave it out for no video)",
-    "--viewer": lambda v: (
-        "--viewer, a switch with no value (MuJoCo's native viewer; there is no viser viewer)"
-    ),
     "--wandb-checkpoint-name": lambda v: f"--checkpoint {_iteration(v)}, with --wandb-run-path",
 }
 """mjlab flag -> mjfleet's spelling, given the value the user wrote (None when there was none)."""
@@ -112,7 +108,7 @@ def mjlab_flag_hint(args: list[str]) -> str | None:
             following = args[i + 1] if i + 1 < len(args) else None
             value = following if following is not None and not following.startswith("--") else None
         if name in SWITCH_VALUES and (value is None or value.lower() not in SWITCH_VALUES[name]):
-            continue  # a plain --video or --viewer is mjfleet's own switch
+            continue  # a plain --video is mjfleet's own switch
         given = f"{name} {value}" if value is not None else name
         return f"`{given}` is mjlab's spelling; mjfleet's is {MJLAB_FLAGS[name](value)}"
     return None

@@ -9,6 +9,7 @@ from typing import Any, Literal
 
 from mjfleet.cli.common import parse_task_command, quiet_warp, user_errors
 from mjfleet.errors import UsageError
+from mjfleet.play.live_viewer import Viewer, bare_viewer_means_auto
 
 PROG = "play"
 Policy = Literal["checkpoint", "random", "zero"]
@@ -19,7 +20,8 @@ Evaluate a policy: the latest checkpoint of the task's experiment unless told ot
   play Cartpole-Balance                              latest run, latest checkpoint, 32 episodes
   play Cartpole-Balance --checkpoint 100 --load-run 2026-01-31   a given run and iteration (or a file path)
   play Cartpole-Balance --video --export             also an mp4 of env 0 and exported/policy.onnx
-  play Cartpole-Balance --viewer                     watch env 0 live in MuJoCo's viewer window (needs a display)
+  play Cartpole-Balance --viewer                     watch live: MuJoCo's window with a display, else a browser
+  play Quadruped-Velocity-Flat --viewer viser        in a web browser (prints the URL; 127.0.0.1 only)
   play Cartpole-Balance --agent random               a baseline without a checkpoint (random or zero)
   play Quadruped-Velocity-Flat --baselines --command 0.5 0 0   trained vs zero vs random, one fixed command
   play <Task> --help                                 every flag of that task"""
@@ -63,11 +65,19 @@ class PlayFlags:
     video_height: int = 480
     video_camera: str | None = None
     """A model camera name or number (-1: free camera). Default: the model's first camera, else a free one."""
-    viewer: bool = False
-    """Watch one environment live in MuJoCo's viewer window (needs a display; no network port) until the window
-    closes or the episodes end."""
+    viewer: Viewer = "none"
+    """Watch the evaluation live until the episodes end. native: MuJoCo's window (needs a display; no network
+    port); viser: a web browser (prints the URL); auto (also a bare --viewer): native where a window opens, else
+    viser."""
     viewer_env: int = 0
-    """The environment the viewer shows."""
+    """The environment the viewer follows."""
+    viewer_envs: int = 4
+    """viser: how many environments (the first ones) the browser shows."""
+    viewer_host: str = "127.0.0.1"
+    """viser: the address its server binds. 0.0.0.0 lets other machines connect (no password: a warning says
+    so)."""
+    viewer_port: int = 8080
+    """viser: the port it serves the page on; the next free one when that is busy."""
     speed: float = 1.0
     """Viewer pace: simulated time runs at this multiple of real time (as fast as possible when it cannot)."""
     export: bool = False
@@ -87,7 +97,7 @@ def parse_args(argv: list[str]) -> tuple[str, Any]:
     # The --env.* flags change the task's play settings, or with --train-env its training config.
     train_env = _flag_given(argv, "--train-env")
     return parse_task_command(
-        _agent_alias(argv),
+        _agent_alias(bare_viewer_means_auto(argv)),
         PROG,
         USAGE,
         PlayFlags,
@@ -134,11 +144,6 @@ def check_flags(flags: Any) -> None:
         w, h = flags.video_width, flags.video_height
         if w < 2 or h < 2 or w % 2 or h % 2:
             raise UsageError(f"--video-width/--video-height must be even numbers >= 2 (H.264), got {w}x{h}")
-    if flags.viewer:
-        if not flags.speed > 0:
-            raise UsageError(f"--speed must be > 0, got {flags.speed}")
-        if flags.viewer_env < 0:
-            raise UsageError(f"--viewer-env must be >= 0, got {flags.viewer_env}")
     if flags.policy != "checkpoint":
         if flags.baselines:
             raise UsageError(

@@ -120,6 +120,16 @@ class TrainFlags:
     the next iterations."""
     video_width: int = 640
     video_height: int = 480
+    viewer: Literal["none", "viser"] = "none"
+    """viser: rank 0's first environments live in a web browser while training (read-only; redrawn a few times a
+    second; prints the URL)."""
+    viewer_envs: int = 4
+    """viser: how many environments (rank 0's first ones) the browser shows."""
+    viewer_host: str = "127.0.0.1"
+    """viser: the address its server binds. 0.0.0.0 lets other machines connect (no password: a warning says
+    so)."""
+    viewer_port: int = 8080
+    """viser: the port it serves the page on; the next free one when that is busy."""
     wandb_run_path: str | None = None
     """Resume from the checkpoints a wandb run stored locally: `entity/project/run_id` (or `project/run_id`,
     `run_id`), found as <logs-root>/**/wandb/*run-*-<run_id>/files/model_<N>.pt, or such a wandb run directory.

@@ -10,6 +10,7 @@ import time
 from typing import Any
 
 from mjfleet.errors import UsageError
+from mjfleet.play.live_viewer import choose_viewer, open_viewer
 from mjfleet.play.policy import PolicySource, act_fn, baseline_policy, build_checkpoint_actor, choose_policy
 from mjfleet.play.report import print_summary
 from mjfleet.play.settings import (
@@ -39,10 +40,7 @@ def play(task_name: str, flags: Any) -> dict[str, Any]:
         env_cfg.num_envs = DEFAULT_NUM_ENVS
     if env_cfg.num_envs < 1:
         raise UsageError(f"--num-envs must be >= 1, got {env_cfg.num_envs}")
-    if flags.viewer:
-        from mjfleet.play.viewer import check_viewer
-
-        check_viewer(flags, env_cfg.num_envs)
+    viewer_kind = choose_viewer(flags, env_cfg.num_envs)  # the flags' checks and auto's choice
     if flags.command is not None:
         fix_command(env_cfg, flags.command, spec.name)
     device = play_device(flags.gpu_ids)
@@ -66,7 +64,9 @@ def play(task_name: str, flags: Any) -> dict[str, Any]:
         obs = env.get_observations()
         actor = build_checkpoint_actor(source, obs, env, device, spec.name)
         act = act_fn(actor, flags, env)
-        result, video, viewer = _evaluate(env, act, flags, source, output.parent, spec.name)
+        result, video, viewer = _evaluate(
+            env, act, flags, source, output.parent, spec.name, viewer_kind, device
+        )
         baselines = (
             _evaluate_baselines(spec, env_cfg, device, agent_cfg.seed, flags.episodes)
             if flags.baselines
@@ -96,9 +96,7 @@ def play(task_name: str, flags: Any) -> dict[str, Any]:
         "baselines": baselines,
         "wall_s": time.perf_counter() - start,
         "video": str(video.path) if video is not None else None,
-        "viewer": {"env": flags.viewer_env, "speed": flags.speed, "closed_early": viewer.closed_early}
-        if viewer is not None
-        else None,
+        "viewer": viewer.summary or None,
         "exported": exported,
         "env_cfg": to_plain(dataclasses.asdict(env_cfg)),
     }
@@ -134,32 +132,36 @@ def writable_output(path: str | None, out_dir: pathlib.Path) -> pathlib.Path:
 
 
 def _evaluate(
-    env: Any, act: Any, flags: Any, source: PolicySource, out_dir: pathlib.Path, task: str
+    env: Any,
+    act: Any,
+    flags: Any,
+    source: PolicySource,
+    out_dir: pathlib.Path,
+    task: str,
+    viewer_kind: str | None,
+    device: str,
 ) -> tuple:
     """The evaluation of `act`, with the video and the viewer that `flags` ask for: (result, video, viewer)."""
     import torch
 
     from mjfleet.evaluation import evaluate
 
-    video = viewer = None
+    video = None
     if flags.video:
         from mjfleet.play.video import PlayVideo
 
         tag = source.state["iter"] if source.state is not None else flags.policy
         video = PlayVideo(env, flags, out_dir, tag)
-    if flags.viewer:
-        from mjfleet.play.viewer import open_viewer
-
-        viewer = open_viewer(env, flags, task)
+    viewer = open_viewer(viewer_kind, env, act, flags, task, source.checkpoint, device)
     try:
         torch.manual_seed(flags.agent.seed)  # the baselines start from the same states and commands
         result = evaluate(
             env,
-            act,
+            viewer.policy,
             flags.episodes,
             frame_sink=video.write_frame if video is not None else None,
             video_length=flags.video_length,
-            on_step=viewer.on_step if viewer is not None else None,
+            on_step=viewer.on_step,
         )
     except BaseException:
         if video is not None:
@@ -168,8 +170,7 @@ def _evaluate(
     finally:
         if video is not None:
             video.close_renderer()
-        if viewer is not None:
-            viewer.close()
+        viewer.close()
     if video is not None:
         video.finish()
     return result, video, viewer

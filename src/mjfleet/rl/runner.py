@@ -53,6 +53,8 @@ class RunnerHooks:
     """Rank 0, after each numbered checkpoint is written (path, iteration): pruning, export, upload."""
     save_point: Callable[[int], bool] | None = None
     """Whether to save after this many iterations besides every `save_interval` (milestones kept for ever)."""
+    on_step: Callable[[], None] | None = None
+    """Rank 0, after every rollout step (`train --viewer viser`); it must not wait on the device."""
 
 
 class FleetRunner:
@@ -185,7 +187,7 @@ class FleetRunner:
         start_it = self.current_learning_iteration
         total_it = start_it + num_learning_iterations
         train_start = time.perf_counter()
-        video = self.hooks.video
+        video, on_step = self.hooks.video, self.hooks.on_step
         for it in range(start_it, total_it):
             t0 = time.perf_counter()
             if video is not None:
@@ -206,6 +208,8 @@ class FleetRunner:
                     stats.update(rewards, dones, extras)
                     if video is not None:
                         video.step()
+                    if on_step is not None:
+                        on_step()
                 self.alg.compute_returns(obs)
             # the one host synchronisation of the rollout
             episode = stats.collect(self.alg.sum_across_workers)

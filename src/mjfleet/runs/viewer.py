@@ -1,4 +1,4 @@
-"""Watch one world of a running environment in MuJoCo's native viewer window (`play --viewer`).
+"""Watch one world of a running environment in MuJoCo's native viewer window (`play --viewer native`).
 
 The viewer (mujoco.viewer.launch_passive) draws a CPU MjData on a thread of its own; after every policy step the
 chosen world's state is copied into that MjData from the simulation and the window synced, paced so that
@@ -16,14 +16,16 @@ from typing import Any
 from mjfleet.errors import UsageError
 
 CLOSE_TIMEOUT_S = 10.0
-NO_DISPLAY_HINT = "on a machine without a display, record a video instead: --video"
+NO_DISPLAY_HINT = (
+    "without a display, watch in a web browser (--viewer viser) or record a video instead: --video"
+)
 
 
 def check_display() -> None:
     """UsageError (one line, suggesting --video) unless a window can be opened here."""
     display = os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")
     if not display:
-        raise UsageError(f"--viewer needs a display and DISPLAY is not set; {NO_DISPLAY_HINT}")
+        raise UsageError(f"--viewer native needs a display and DISPLAY is not set; {NO_DISPLAY_HINT}")
     import glfw
 
     # GLFW reports a failed start-up through its error callback, which the glfw package turns into a warning:
@@ -34,7 +36,7 @@ def check_display() -> None:
         if ok:
             glfw.terminate()  # the viewer's own thread initialises GLFW again for its window
     if not ok:
-        raise UsageError(f"--viewer cannot open a window on display {display!r}; {NO_DISPLAY_HINT}")
+        raise UsageError(f"--viewer native cannot open a window on display {display!r}; {NO_DISPLAY_HINT}")
 
 
 class EnvViewer:

@@ -46,6 +46,8 @@ class TrainJob:
     task_modules: tuple[str, ...] = ()
     """Modules that register tasks (MJFLEET_TASK_MODULES as the parent read it): every worker imports them before
     looking the task up, whatever environment it was started with."""
+    viewer: tuple[int, str, int] | None = None
+    """--viewer viser: (environments shown, host, port); None: no viewer."""
     slurm: dict[str, Any] | None = None
     """The Slurm job that runs this training (params/run.yaml records it, so a requeued job finds its run)."""
     continues_run: bool = False
@@ -56,6 +58,7 @@ def resolve(task_name: str, flags: Any, plan: WorkerPlan) -> TrainJob:
     """Apply device defaults, check every value once, choose the checkpoint to resume from and the run directory.
     `flags` are `train`'s (mjfleet.cli.train.TrainFlags with the task's --env.* / --agent.*); `plan` the workers'."""
     from mjfleet.launch.slurm import current_job
+    from mjfleet.runs.viser_scene import training_viewer_settings
     from mjfleet.tasks import get_task
     from mjfleet.tasks.plugins import environment_task_modules
 
@@ -128,6 +131,7 @@ def resolve(task_name: str, flags: Any, plan: WorkerPlan) -> TrainJob:
         eval_episodes=flags.eval_episodes,
         video=video,
         task_modules=environment_task_modules(),
+        viewer=training_viewer_settings(flags),
         slurm=slurm_job.run_fields() if slurm_job is not None else None,
         continues_run=continued is not None,
     )

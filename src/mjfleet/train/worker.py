@@ -69,6 +69,12 @@ def train(job: TrainJob, ctx: WorkerContext) -> dict[str, Any]:
 
                 interval, length, width, height = job.video
                 hooks.video = TrainingVideo(env, job.run_dir.path / "videos", interval, length, width, height)
+        view = None
+        if ctx.is_main and job.viewer is not None:
+            from mjfleet.runs.viser_scene import open_training_viewer
+
+            view = open_training_viewer(job.viewer, env, job.task)
+            hooks.on_step = view.step
         runner = FleetRunner(
             env,
             job.agent,
@@ -96,6 +102,8 @@ def train(job: TrainJob, ctx: WorkerContext) -> dict[str, Any]:
             )
         finally:
             runner.close()
+            if view is not None:
+                view.close()
         if ctx.is_main:
             _plot(job.run_dir)
     if runner.interrupted is not None:
