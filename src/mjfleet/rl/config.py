@@ -106,10 +106,8 @@ class AgentConfig:
             raise UsageError(f"--agent.save-interval must be >= 1, got {self.save_interval}")
         if self.num_steps_per_env < 1:
             raise UsageError(f"--agent.num-steps-per-env must be >= 1, got {self.num_steps_per_env}")
-        for name in ("experiment_name", "run_name"):
-            check_directory_name(
-                f"--agent.{name.replace('_', '-')}", getattr(self, name), empty_ok=name == "run_name"
-            )
+        check_directory_name("--agent.experiment-name", self.experiment_name)
+        check_directory_name("--run-name", self.run_name, empty_ok=True)  # the alias users type
         ppo = self.algorithm
         batch = num_envs * self.num_steps_per_env
         if ppo.num_mini_batches < 1 or batch < ppo.num_mini_batches:
