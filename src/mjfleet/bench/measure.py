@@ -205,8 +205,8 @@ def _timed_physics(
 
     The physics bound is the physics of the states the environment visits: a contact-rich robot that keeps being
     driven, reset and pushed needs more solver iterations per step than the same worlds replayed alone from one
-    state with fixed controls, which settle and get cheap (measured on the flat quadruped at 256 worlds on CPU:
-    2.8 vs 1.0 solver iterations, 3.2k vs 4.7k env-steps/s). The env step runs op by op (also where `step()`
+    state with fixed controls, which settle and get cheap (the flat quadruped needs about three times the solver
+    iterations in the env: docs/history/benchmarks-log.md). The env step runs op by op (also where `step()`
     replays a CUDA graph, inside which the physics cannot be timed apart), and a `Timed` simulation synchronises
     the device around every `sim.step()`, so its time is its own. The share (physics time / block time) is
     1 - the env's overhead.

@@ -89,7 +89,7 @@ class WorkerPlan:
     """Torch intra-op threads per worker (torch.set_num_threads and OMP_NUM_THREADS; GPU workers: the host's
     cores split among them). CPU workers default to 1: warp's CPU kernels run on
     one thread, and a second torch thread only helps the PPO update of large batches on an otherwise idle core;
-    on a busy machine OpenMP threads waiting for each other made training up to 36x slower (docs/benchmarks.md).
+    on a busy machine OpenMP threads waiting for each other made training many times slower (docs/history/benchmarks-log.md).
     More cores are used best through more workers (--cpu-workers)."""
     update_threads: int = 1
     """CPU: torch threads each PPO update may use (this host's cores / its workers, unless --threads is given);

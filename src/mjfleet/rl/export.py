@@ -311,7 +311,7 @@ def _export_onnx(actor, path: pathlib.Path) -> None:
     dummy = module.get_dummy_inputs()
     names = {"input_names": module.input_names, "output_names": module.output_names}
     try:
-        # The TorchScript-based exporter: ~0.2 s, and the graph it writes is plain (Gemm/Elu/Sub/Div).
+        # The TorchScript-based exporter: quick, and the graph it writes is plain (Gemm/Elu/Sub/Div).
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             torch.onnx.export(

@@ -13,7 +13,7 @@ The strategies, and when `choose_reducer` picks them (`--agent.algorithm.gradien
 - `all-reduce`: `torch.distributed.all_reduce`. Always on nccl (GPUs) and for CUDA tensors on gloo (several
   workers sharing a GPU); also several hosts with many workers.
 - `all-gather`: every rank gathers every buffer and sums them locally in rank order. On gloo with a few workers
-  it costs one round of messages where gloo's ring all-reduce needs several (docs/benchmarks.md).
+  it costs one round of messages where gloo's ring all-reduce needs several (docs/history/benchmarks-log.md).
 - `shared-memory`: CPU workers that share one x86 Linux host copy their buffers into slots of one /dev/shm
   mapping and sum the slots in rank order; no messages at all.
 - `none`: no averaging; the ranks train apart (for experiments, and tests showing that averaging matters).

@@ -10,8 +10,8 @@ import torch
 
 MIN_MINIBATCH_FLOP = 100e6
 """Below this many floating-point operations per minibatch (forward + backward, ~6 x samples x parameters) the
-update stays on one thread: its matrix products are too small to split (Cartpole at 64 envs, 21 MFLOP per
-minibatch, gained nothing from a second thread; at 1,024 envs, 340 MFLOP, its update took a third less time)."""
+update stays on one thread: its matrix products are too small to split (measured on Cartpole at 64 and 1,024
+envs: docs/history/benchmarks-log.md)."""
 
 
 class UpdateThreads:
@@ -19,9 +19,9 @@ class UpdateThreads:
 
     A CPU worker collects on `base` threads (1 by default: warp's CPU kernels are single-threaded and the
     collection's small torch ops gain nothing from more). Its update's matrix products, with a large enough
-    model, ran 1.5-1.8x faster on two idle cores of the 2-core machine (docs/benchmarks.md). But when another
-    process keeps a core busy, OpenMP's barriers wait for a descheduled thread, and the same updates ran 2.2-6x
-    *slower* on two threads than on one. Which of the two holds can change while a run goes on, so it is
+    model, ran faster on two idle cores of the 2-core machine (docs/benchmarks.md). But when another process keeps
+    a core busy, OpenMP's barriers wait for a descheduled thread, and the same updates ran several times *slower*
+    on two threads than on one. Which of the two holds can change while a run goes on, so it is
     measured: the first updates try both thread counts, later updates use the faster one, and the other is tried
     again now and then (after `probe_every` updates, doubling up to `max_probe_every` while it keeps losing), and
     at once when the update in use becomes much slower than it was. Updates are timed wall-clock, as they run.

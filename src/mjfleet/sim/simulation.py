@@ -156,9 +156,7 @@ class Simulation:
         self.device = torch.device(str(self.wp_device))
 
         if nconmax is None and njmax is None and needs_no_constraint_buffers(mj_model):
-            nconmax = njmax = (
-                0  # mujoco_warp then skips its constraint solver (Cartpole: 186 -> 66 us per step)
-            )
+            nconmax = njmax = 0  # mujoco_warp then skips its constraint solver
         self.per_world_model_fields = expand_per_world_fields(per_world_model_fields)
         batch_sizes = dict.fromkeys(self.per_world_model_fields, num_worlds)
         # Kernels compile on first use, below: a cold cache says so (one line), a warm one says nothing.

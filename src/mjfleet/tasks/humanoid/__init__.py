@@ -15,14 +15,15 @@ if TYPE_CHECKING:
 ENV_CLASS = "mjfleet.tasks.humanoid.env:HumanoidEnv"
 
 # 512-256-128 ELU, as for the quadruped; the inputs grow from 48 to 81 (23 joints). CPU: 256 environments keep an
-# iteration near the quadruped's on 2 cores (the humanoid's step costs ~2x); 4096 per GPU.
+# iteration near the quadruped's on 2 cores (its step is costlier: docs/benchmarks.md); 4096 per GPU.
 HIDDEN_DIMS = (512, 256, 128)
 
 
 def humanoid_agent_config(experiment: str, max_iterations: int) -> AgentConfig:
     """The locomotion agent with less exploration noise: a biped's first lesson is not to fall, and random joint
-    targets topple it. Measured over 40 iterations at 256 environments (docs/tasks.md): with the per-servo action
-    scales, std 0.5 and entropy 0.01 lengthened the training episodes 2.41x, std 0.3 and entropy 0.002 3.14x."""
+    targets topple it. Over 40 iterations at 256 environments, with the per-servo action scales, std 0.3 and
+    entropy 0.002 lengthened the training episodes more than std 0.5 and entropy 0.01
+    (docs/history/learning-experiments.md)."""
     agent = agent_config(experiment, HIDDEN_DIMS, max_iterations=max_iterations)
     agent.actor.init_noise_std = 0.3
     agent.algorithm.entropy_coef = 0.002

@@ -54,8 +54,8 @@ class HumanoidConfig(LocomotionConfig):
 
     scale_actions_by_servo: bool = True
     """0.25 x torque limit / kp per joint: 0.04 rad (ankle pitch) to 0.31 rad (wrists) instead of 0.25 rad for
-    every joint. The stiff leg servos' exploration noise no longer topples the robot within a second: 40
-    iterations at 256 environments lengthened the episodes 2.41x instead of 1.53x (docs/tasks.md)."""
+    every joint. The stiff leg servos' exploration noise no longer topples the robot within a second: over 40
+    iterations the episodes lengthened much more than with one scale (docs/history/learning-experiments.md)."""
     feet_air_time_threshold: float = 0.3
     """Air time (s) that earns nothing; a biped's steps at 0.5-1 m/s last ~0.3-0.4 s."""
     foot_clearance_height: float = 0.08

@@ -25,9 +25,9 @@ if TYPE_CHECKING:
 ENV_CLASS = "mjfleet.tasks.locomotion.env:LocomotionEnv"
 
 # Networks: 512-256-128 ELU (rsl_rl's legged defaults); 4096 envs per GPU. On CPU the flat task trains 2 workers x
-# 256 envs (one per core: 4,500 env-steps/s on the 2-core VM against ~2,200 for one worker with 512) with
-# 256-128-64 networks: the PPO update takes 0.4 s of an iteration instead of 1.2 s, so 15 minutes hold ~440
-# iterations instead of ~295, and tracking improved per iteration too (docs/tasks.md). Rough keeps one worker with 256.
+# 256 envs (one worker per core beats one worker with 512) with 256-128-64 networks: the smaller PPO update lets a
+# 15-minute run hold more iterations, and tracking improved per iteration too (figures: docs/benchmarks.md).
+# Rough keeps one worker with 256.
 HIDDEN_DIMS = (512, 256, 128)
 CPU_HIDDEN_DIMS = (256, 128, 64)
 

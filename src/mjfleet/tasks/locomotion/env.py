@@ -150,8 +150,7 @@ class LocomotionEnv(MujocoVecEnv):
         rows = self._contact_world.shape[0]
         self._contact_slot = torch.arange(rows, device=dev).unsqueeze(1)
         # Counts per (environment, geom), then one private slot per entry of a stale contact row: adding those
-        # anywhere shared (say slot 0) made thousands of GPU atomics wait on one address (0.41 ms of a 3.1 ms
-        # quadruped step at 4,096 worlds on an H100).
+        # anywhere shared (say slot 0) made thousands of GPU atomics wait on one address (docs/history/benchmarks-log.md).
         self._geom_contacts = torch.zeros(n * m.ngeom + 2 * rows, device=dev)
         self._stale_contact_index = n * m.ngeom + torch.arange(2 * rows, device=dev).view(rows, 2)
         self._ones = torch.ones(2 * rows, device=dev)
