@@ -122,10 +122,20 @@ def setup_worker(ctx: WorkerContext, plan: WorkerPlan) -> WorkerContext:
     if not ctx.is_distributed:
         return ctx
     if not dist.is_initialized():
-        dist.init_process_group(
-            backend=ctx.backend, init_method="env://", rank=ctx.rank, world_size=ctx.world_size
-        )
+        join_process_group(ctx.backend, ctx.rank, ctx.world_size)
     return replace(ctx, group=dist.group.WORLD)
+
+
+def join_process_group(
+    backend: str, rank: int, world_size: int, store: Any = None, timeout: Any = None
+) -> None:
+    """The one place a worker joins its run's process group: through `store` when mjfleet's launcher started it
+    (a store bound to one address: `launch/workerentry.py`), else through the external launcher's env://
+    rendezvous (torchrun, srun: MASTER_ADDR, MASTER_PORT)."""
+    how: dict[str, Any] = {"store": store} if store is not None else {"init_method": "env://"}
+    if timeout is not None:
+        how["timeout"] = timeout
+    dist.init_process_group(backend=backend, rank=rank, world_size=world_size, **how)
 
 
 def egl_device_id(physical: str, index_here: int, cuda_visible_devices: str | None) -> str | None:

@@ -13,7 +13,6 @@ import signal
 import sys
 import traceback
 
-import torch.distributed as dist
 from torchrunx.utils.errors import ExceptionFromWorker
 from torchrunx.utils.log_streaming import redirect_stdio_to_logger
 from torchrunx.worker import WorkerArgs
@@ -43,11 +42,13 @@ def worker_entrypoint(serialized_worker_args: bytes) -> object:
     if args.backend is not None:
         import datetime
 
+        from mjfleet.launch.worker import join_process_group
+
         kv = store(master, args.master_port, args.world_size, args.rank == 0, args.timeout)
-        dist.init_process_group(
-            backend=args.backend,
-            world_size=args.world_size,
-            rank=args.rank,
+        join_process_group(
+            args.backend,
+            args.rank,
+            args.world_size,
             store=kv,
             timeout=datetime.timedelta(seconds=args.timeout),
         )
