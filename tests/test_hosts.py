@@ -109,6 +109,13 @@ def run_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
+def run_captured(
+    command: list[str], cwd: Path, env: dict[str, str], timeout: float
+) -> subprocess.CompletedProcess:
+    """`command` run to its end (or `timeout`), its output captured as text."""
+    return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+
+
 def processes_in(directory: Path) -> list[psutil.Process]:
     """Every process (on any host: the namespaces share one process table) working in `directory`."""
     found = []
@@ -185,14 +192,12 @@ def two_host_run(bed, tmp_path_factory):
     watcher = Watcher(work, bed)
     watcher.start()
     try:
-        result = subprocess.run(
+        result = run_captured(
             bed.on(
                 "login", str(BIN / "train"), *TINY, "--max-iterations", "2", "--hosts", "node-a", "node-b"
             ),
             cwd=work,
             env=run_env(bed.env),
-            capture_output=True,
-            text=True,
             timeout=600,
         )
     finally:
@@ -210,12 +215,10 @@ def local_run(tmp_path_factory):
     watcher = Watcher(work)
     watcher.start()
     try:
-        result = subprocess.run(
+        result = run_captured(
             [str(BIN / "train"), *TINY, "--max-iterations", "2", "--cpu-workers", "2"],
             cwd=work,
             env=run_env(),
-            capture_output=True,
-            text=True,
             timeout=600,
         )
     finally:
@@ -437,14 +440,12 @@ def test_a_fault_on_a_remote_host_ends_the_run_naming_that_host_and_rank(bed, tm
 
 
 def test_an_unknown_host_is_one_line_and_leaves_no_run_directory(bed, tmp_path):
-    result = subprocess.run(
+    result = run_captured(
         bed.on(
             "login", str(BIN / "train"), *TINY, "--max-iterations", "1", "--hosts", "node-a", "nosuchhost"
         ),
         cwd=tmp_path,
         env=run_env(bed.env),
-        capture_output=True,
-        text=True,
         timeout=300,
     )
     assert result.returncode == 2, result.stderr
@@ -458,7 +459,7 @@ def test_an_unknown_host_is_one_line_and_leaves_no_run_directory(bed, tmp_path):
 
 def test_a_host_that_cannot_reach_the_rendezvous_address_fails_at_once_naming_it(bed, tmp_path):
     started = time.monotonic()
-    result = subprocess.run(
+    result = run_captured(
         bed.on(
             "login",
             str(BIN / "train"),
@@ -473,8 +474,6 @@ def test_a_host_that_cannot_reach_the_rendezvous_address_fails_at_once_naming_it
         ),
         cwd=tmp_path,
         env=run_env(bed.env),
-        capture_output=True,
-        text=True,
         timeout=300,
     )
     last = result.stderr.strip().splitlines()[-1]

@@ -40,6 +40,14 @@ SCENE = {"x": 0, "y": 200, "width": 900, "height": 600}
 """The part of the page with the 3D scene only: left of the control panel, below the notifications."""
 
 
+def start(command: list[str], cwd: pathlib.Path) -> subprocess.Popen:
+    """`command` started unbuffered, its stdout and stderr one text pipe (read with `Lines`)."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    return subprocess.Popen(
+        command, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+
+
 def run(*args: str, cwd: pathlib.Path) -> str:
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     result = subprocess.run([str(BIN / args[0]), *args[1:]], cwd=cwd, env=env, capture_output=True, text=True)
@@ -103,14 +111,7 @@ def test_the_browser_viewer_draws_the_walking_robots_and_takes_commands(trained,
     port = free_port()
     args = ["Quadruped-Velocity-Flat", "--gpu-ids", "None", "--num-envs", "4", "--episodes", "400",
             "--viewer", "viser", "--viewer-port", str(port), "--output", str(tmp_path / "eval.json")]  # fmt: skip
-    proc = subprocess.Popen(
-        [str(BIN / "play"), *args],
-        cwd=trained,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+    proc = start([str(BIN / "play"), *args], cwd=trained)
     try:
         lines = Lines(proc)
         url = lines.wait_for(r"open (http://127\.0\.0\.1:(\d+)) \(from another machine: ssh -L", 180)
@@ -312,7 +313,7 @@ def test_train_serves_the_training_view_on_loopback_while_it_trains(tmp_path):
     import urllib.request
 
     port = free_port()
-    proc = subprocess.Popen(
+    proc = start(
         # fmt: off
         [
             str(BIN / "train"),
@@ -334,10 +335,6 @@ def test_train_serves_the_training_view_on_loopback_while_it_trains(tmp_path):
         ],
         # fmt: on
         cwd=tmp_path,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
     )
     try:
         lines = Lines(proc)

@@ -53,6 +53,18 @@ def user_errors(prog: str) -> Callable:
     return wrap
 
 
+def command_argv(argv: list[str] | None) -> list[str]:
+    """The command's arguments (sys.argv's when None), after the process-wide set-up every command needs first:
+    the headless OpenGL backend when a video is asked for (before anything imports mujoco), and quiet warp."""
+    from mjfleet.runs.video import choose_gl_backend, video_requested
+
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if video_requested(argv):
+        choose_gl_backend()
+    quiet_warp()
+    return argv
+
+
 def gpu_request(flags: Any) -> GpuRequest:
     """The --gpu-ids flag, read (`auto`, its default, is the machine's default device)."""
     return parse_gpu_ids(None if list(flags.gpu_ids) == ["auto"] else list(flags.gpu_ids))

@@ -7,7 +7,7 @@ import typing
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from mjfleet.cli.common import parse_task_command, quiet_warp, user_errors
+from mjfleet.cli.common import command_argv, parse_task_command, user_errors
 from mjfleet.errors import UsageError
 from mjfleet.play.live_viewer import Viewer, bare_viewer_means_auto
 
@@ -159,12 +159,7 @@ def check_flags(flags: Any) -> None:
 
 @user_errors(PROG)
 def main(argv: list[str] | None = None) -> None:
-    argv = sys.argv[1:] if argv is None else list(argv)
-    from mjfleet.runs.video import choose_gl_backend, video_requested
-
-    if video_requested(argv):
-        choose_gl_backend()  # before anything imports mujoco
-    quiet_warp()
+    argv = command_argv(argv)
     task_name, flags = parse_args(argv)
     check_flags(flags)
     from mjfleet.play import play

@@ -16,13 +16,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from mjfleet.cli.common import parse_task_command, quiet_warp, user_errors, worker_plan
+from mjfleet.cli.common import command_argv, parse_task_command, user_errors, worker_plan
 from mjfleet.launch.devices import launched_externally
 from mjfleet.launch.launcher import run_workers
 from mjfleet.launch.slurm import join_srun_step, requeue_before_time_limit
 from mjfleet.runs import RunDir
 from mjfleet.runs.checkpoints import checkpoint_iteration
-from mjfleet.runs.video import choose_gl_backend, video_requested
 from mjfleet.train.job import TrainJob, reserve_run_dir
 from mjfleet.train.job import resolve as resolve_job
 from mjfleet.train.worker import train_worker
@@ -197,10 +196,7 @@ def signal_name(signum: int) -> str:
 
 @user_errors(PROG)
 def main(argv: list[str] | None = None) -> None:
-    argv = sys.argv[1:] if argv is None else list(argv)
-    if video_requested(argv):
-        choose_gl_backend()  # before anything imports mujoco
-    quiet_warp()
+    argv = command_argv(argv)
     task_name, flags = parse_args(argv)
     join_srun_step()  # a task of `srun -n N train ...` joins as one worker (mjfleet.launch.slurm)
     if launched_externally():

@@ -309,34 +309,31 @@ def _reference_actions(actor, obs: TensorDict, samples: int, seed: int):
 def _export_onnx(actor, path: pathlib.Path) -> None:
     module = actor.as_onnx(verbose=False).to("cpu").eval()
     dummy = module.get_dummy_inputs()
-    names = {"input_names": module.input_names, "output_names": module.output_names}
+    common = {
+        "opset_version": ONNX_OPSET,
+        "input_names": module.input_names,
+        "output_names": module.output_names,
+    }
     try:
         # The TorchScript-based exporter: quick, and the graph it writes is plain (Gemm/Elu/Sub/Div).
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            torch.onnx.export(
-                module,
-                dummy,
-                str(path),
-                opset_version=ONNX_OPSET,
-                dynamic_axes={"obs": {0: "batch"}, "actions": {0: "batch"}},
-                dynamo=False,
-                **names,
-            )
+            dynamic = {"obs": {0: "batch"}, "actions": {0: "batch"}}
+            torch.onnx.export(module, dummy, str(path), dynamic_axes=dynamic, dynamo=False, **common)
         return
     except (TypeError, RuntimeError, ImportError):  # newer torch without the legacy exporter
         pass
     with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
         warnings.simplefilter("ignore")
+        dynamic_shapes = ({0: torch.export.Dim("batch")},)
         torch.onnx.export(
             module,
             dummy,
             str(path),
-            opset_version=ONNX_OPSET,
-            dynamic_shapes=({0: torch.export.Dim("batch")},),
+            dynamic_shapes=dynamic_shapes,
             dynamo=True,
             external_data=False,
-            **names,
+            **common,
         )
 
 
