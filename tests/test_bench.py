@@ -2,12 +2,12 @@
 
 import json
 import math
-import os
 import pathlib
 import subprocess
 import sys
 
 import pytest
+from helpers import run_cli
 
 from mjfleet.bench import autotune, machine
 from mjfleet.bench.report import scaling, summarize_run
@@ -18,9 +18,7 @@ PHASES = ("physics", "env", "rollout", "training")
 
 
 def bench(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [str(BIN / "bench"), *args], capture_output=True, text=True, timeout=timeout, env=os.environ.copy()
-    )
+    return run_cli("bench", *args, timeout=timeout)
 
 
 def run_main(capsys, *args: str) -> tuple[int, str, str]:

@@ -10,6 +10,7 @@ import time
 
 import pytest
 import torch
+from helpers import run_cli
 
 from mjfleet.launch.devices import make_plan, parse_gpu_ids
 from mjfleet.launch.launcher import run_workers
@@ -184,13 +185,7 @@ def _wait_gone(directory: pathlib.Path, timeout: float) -> list[int]:
 
 
 def test_two_cpu_workers_write_one_run_directory_with_global_counts(tmp_path):
-    result = subprocess.run(
-        [str(BIN / "train"), "Cartpole-Balance", *SMALL, "--max-iterations", "2"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    result = run_cli("train", "Cartpole-Balance", *SMALL, "--max-iterations", "2", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     (run_dir,) = (tmp_path / "logs" / "cartpole_balance").iterdir()
     assert "2 workers x 16 envs = 32 envs" in result.stdout
@@ -202,10 +197,9 @@ def test_two_cpu_workers_write_one_run_directory_with_global_counts(tmp_path):
 
 def test_train_under_torchrun_joins_its_process_group_and_writes_one_run_directory(tmp_path):
     small = [a for a in SMALL if a not in ("--cpu-workers", "2")]
-    result = subprocess.run(
-        [str(BIN / "torchrun"), "--standalone", "--nproc-per-node", "2", str(BIN / "train"), "Cartpole-Balance",
-         *small, "--max-iterations", "2"],
-        cwd=tmp_path, capture_output=True, text=True, timeout=300,
+    result = run_cli(
+        "torchrun", "--standalone", "--nproc-per-node", "2", str(BIN / "train"), "Cartpole-Balance",
+        *small, "--max-iterations", "2", cwd=tmp_path,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     (run_dir,) = (tmp_path / "logs" / "cartpole_balance").iterdir()
@@ -224,10 +218,9 @@ def test_flags_that_place_workers_are_usage_errors_under_an_external_launcher(fl
         "LOCAL_WORLD_SIZE": "2",
         "MASTER_ADDR": "127.0.0.1",
     }
-    result = subprocess.run(
-        [str(BIN / "train"), "Cartpole-Balance", *flags],
-        cwd=tmp_path, capture_output=True, text=True, timeout=120, env={**os.environ, **launched, "MASTER_PORT": "1"},
-    )  # fmt: skip
+    result = run_cli(
+        "train", "Cartpole-Balance", *flags, cwd=tmp_path, timeout=120, env={**launched, "MASTER_PORT": "1"}
+    )
     assert result.returncode == 2, result.stderr
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "do not apply under a launcher such as torchrun" in lines[0], result.stderr
@@ -263,14 +256,7 @@ def test_a_failing_worker_ends_train_quickly_with_that_ranks_traceback(tmp_path)
     }
     # Rank 0 waits in a collective that rank 1 never joins: without fail-fast it would hang until the 600 s
     # process-group timeout, past this call's timeout (no timing is asserted beyond that).
-    result = subprocess.run(
-        [str(BIN / "train"), "Test-FailOnRank1", *SMALL, "--max-iterations", "50"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=env,
-    )
+    result = run_cli("train", "Test-FailOnRank1", *SMALL, "--max-iterations", "50", cwd=tmp_path, env=env)
     assert result.returncode == 1
     assert "[rank 1]" in result.stderr and "deliberate failure on rank 1" in result.stderr
     assert "Traceback" in result.stderr  # the failing rank's traceback is shown

@@ -3,19 +3,19 @@
 import os
 import pathlib
 import shutil
-import subprocess
 import sys
 
 import pytest
 import torch
+from helpers import run_cli
 
 EXAMPLES = pathlib.Path(__file__).resolve().parents[1] / "examples"
-BIN = pathlib.Path(sys.executable).parent
 
 
 def test_tutorial_task_registers_through_mjfleet_task_modules():
-    env = {**os.environ, "MJFLEET_TASK_MODULES": "pendulum", "PYTHONPATH": str(EXAMPLES)}
-    result = subprocess.run([str(BIN / "tasks")], capture_output=True, text=True, env=env, timeout=120)
+    result = run_cli(
+        "tasks", env={"MJFLEET_TASK_MODULES": "pendulum", "PYTHONPATH": str(EXAMPLES)}, timeout=120
+    )
     assert result.returncode == 0, result.stderr
     assert "Pendulum-Balance" in result.stdout
 
@@ -70,30 +70,28 @@ def _install_plugin(tmp_path: pathlib.Path) -> pathlib.Path:
     shutil.copytree(EXAMPLES / "pendulum_plugin", source / "pendulum_plugin")
     shutil.copy(EXAMPLES / "pendulum.py", source / "pendulum.py")
     site = tmp_path / "site"
-    result = subprocess.run(
-        [uv, "pip", "install", "--quiet", "--no-deps", "--python", sys.executable, "--target", str(site),
-         str(source / "pendulum_plugin")],
-        capture_output=True, text=True, timeout=300,
+    result = run_cli(
+        uv, "pip", "install", "--quiet", "--no-deps", "--python", sys.executable, "--target", str(site),
+        str(source / "pendulum_plugin"),
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     return site
 
 
-def _env_with(site: pathlib.Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k != "MJFLEET_TASK_MODULES"}
-    return {**env, "PYTHONPATH": str(site)}
+def _env_with(site: pathlib.Path) -> dict[str, str | None]:
+    """`run_cli`'s changes to the environment: the plug-in's site on the path, no task modules by variable."""
+    return {"MJFLEET_TASK_MODULES": None, "PYTHONPATH": str(site)}
 
 
 def test_an_installed_plugin_package_registers_its_task_for_tasks_and_train(tmp_path):
     env = _env_with(_install_plugin(tmp_path))
-    listed = subprocess.run([str(BIN / "tasks")], capture_output=True, text=True, env=env, timeout=120)
+    listed = run_cli("tasks", env=env, timeout=120)
     assert listed.returncode == 0, listed.stderr
     (line,) = [line for line in listed.stdout.splitlines() if line.startswith("Pendulum-Balance")]
     assert line.endswith("[plug-in: mjfleet-pendulum 0.1.0]")
-    trained = subprocess.run(
-        [str(BIN / "train"), "Pendulum-Balance", "--gpu-ids", "None", "--num-envs", "8", "--max-iterations", "2",
-         "--agent.num-steps-per-env", "8", "--logger", "none"],
-        capture_output=True, text=True, env=env, cwd=tmp_path, timeout=600,
+    trained = run_cli(
+        "train", "Pendulum-Balance", "--gpu-ids", "None", "--num-envs", "8", "--max-iterations", "2",
+        "--agent.num-steps-per-env", "8", "--logger", "none", env=env, cwd=tmp_path, timeout=600,
     )  # fmt: skip
     assert trained.returncode == 0, trained.stderr
     assert trained.stdout.strip().splitlines()[-1].startswith("done: 2 iterations")
@@ -106,10 +104,7 @@ def test_a_broken_plugin_is_one_line_naming_its_distribution_and_entry_point(tmp
     dist_info.mkdir(parents=True)
     (dist_info / "METADATA").write_text("Metadata-Version: 2.1\nName: broken-tasks\nVersion: 1.2\n")
     (dist_info / "entry_points.txt").write_text("[mjfleet.tasks]\nwalker = no_such_module\n")
-    result = subprocess.run(
-        [str(BIN / "train"), "Cartpole-Balance", "--help"],
-        capture_output=True, text=True, env=_env_with(tmp_path / "site"), timeout=120,
-    )  # fmt: skip
+    result = run_cli("train", "Cartpole-Balance", "--help", env=_env_with(tmp_path / "site"), timeout=120)
     assert result.returncode == 2, result.stderr
     assert "Traceback" not in result.stderr
     (line,) = result.stderr.strip().splitlines()
