@@ -45,6 +45,12 @@ def build_runner(
     return FleetRunner(env, agent, context=ctx, log_format="compact")
 
 
+def in_sequence(plan, calls: list[tuple[str, tuple]]) -> list:
+    """Each `(name of a function of this module, its arguments after the plan)`, one after another in the same
+    two worker processes: the tests share one launch (process start, imports, process group) between them."""
+    return [globals()[name](plan, *args) for name, args in calls]
+
+
 def _gather(tensor: torch.Tensor) -> list[torch.Tensor]:
     out = [torch.empty_like(tensor) for _ in range(dist.get_world_size())]
     dist.all_gather(out, tensor)

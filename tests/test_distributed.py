@@ -25,10 +25,42 @@ def plan(monkeypatch):
     return make_plan(parse_gpu_ids(["None"]), cpu_workers=2)
 
 
-def test_ranks_end_with_identical_parameters_while_their_environments_differ(plan):
+AVERAGED_CASES = [
+    ("shared-memory", "fast", 1),
+    ("all-gather", "fast", 1),
+    ("all-reduce", "fast", 1),
+    ("shared-memory", "reference", 1),
+    ("all-reduce", "reference", 2),
+]
+NORMALISER_REDUCERS = ["shared-memory", "all-reduce"]
+
+
+@pytest.fixture(scope="module")
+def shared_launch(tmp_path_factory):
+    """One 2-worker launch running, in turn, what the tests below check: 3 iterations averaged by the default
+    reducer and by none, the normaliser through two reducers, and one averaged update per reducer and path (rank
+    files under `out/<case>`). Starting the workers once instead of for each check keeps the suite short."""
     import distributed_workers as w
 
-    result = run_workers(plan, w.train_and_compare, plan, "auto", log_dir="")
+    out = tmp_path_factory.mktemp("averaged")
+    calls = [("train_and_compare", ("auto",)), ("train_and_compare", ("none",))]
+    calls += [("normaliser_statistics", (reducer,)) for reducer in NORMALISER_REDUCERS]
+    for case in AVERAGED_CASES:
+        (out / "-".join(map(str, case))).mkdir()
+        reducer, update, sync = case
+        calls.append(
+            ("averaged_update", (str(out / "-".join(map(str, case))), reducer, update == "fast", sync))
+        )
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("PYTHONPATH", f"{TESTS}:{':'.join(sys.path)}")
+        plan = make_plan(parse_gpu_ids(["None"]), cpu_workers=2)
+        results = run_workers(plan, w.in_sequence, plan, calls, log_dir="")
+    normaliser = dict(zip(NORMALISER_REDUCERS, results[2:4], strict=True))
+    return {"auto": results[0], "none": results[1], "normaliser": normaliser, "out": out}
+
+
+def test_ranks_end_with_identical_parameters_while_their_environments_differ(shared_launch):
+    result = shared_launch["auto"]
     assert result["world_size"] == 2 and result["seeds"] == [0, 1]
     assert result["params_identical"]
     assert not result["env_data_identical"]
@@ -51,42 +83,29 @@ def test_a_runner_takes_its_ranks_from_its_context_not_from_rank_variables(plan)
     )
 
 
-@pytest.mark.parametrize("reducer", ["shared-memory", "all-reduce"])
-def test_the_normaliser_syncs_through_the_reducer_as_rsl_rl_syncs_it(plan, reducer):
+@pytest.mark.parametrize("reducer", NORMALISER_REDUCERS)
+def test_the_normaliser_syncs_through_the_reducer_as_rsl_rl_syncs_it(shared_launch, reducer):
     """Identical statistics on both ranks, bit for bit rsl_rl's own (its all_reduce calls), and those of one
     process holding both ranks' data (up to float32 summation order)."""
-    import distributed_workers as w
-
-    result = run_workers(plan, w.normaliser_statistics, plan, reducer, log_dir="")
+    result = shared_launch["normaliser"][reducer]
     assert result["reducer"] == reducer
     assert result["identical_on_ranks"] and result["equal_to_rsl_rl"]
     assert result["max_difference_to_one_process"] < 1e-5
 
 
-def test_without_gradient_averaging_the_ranks_drift_apart(plan):
-    import distributed_workers as w
-
-    result = run_workers(plan, w.train_and_compare, plan, "none", log_dir="")
-    assert not result["params_identical"]
+def test_without_gradient_averaging_the_ranks_drift_apart(shared_launch):
+    assert not shared_launch["none"]["params_identical"]
 
 
-@pytest.mark.parametrize(
-    ("reducer", "update", "sync"),
-    [
-        ("shared-memory", "fast", 1),
-        ("all-gather", "fast", 1),
-        ("all-reduce", "fast", 1),
-        ("shared-memory", "reference", 1),
-        ("all-reduce", "reference", 2),
-    ],
-)
-def test_averaged_update_equals_one_process_update_on_both_ranks_data(plan, tmp_path, reducer, update, sync):
+@pytest.mark.parametrize("case", AVERAGED_CASES, ids=["-".join(map(str, c)) for c in AVERAGED_CASES])
+def test_averaged_update_equals_one_process_update_on_both_ranks_data(shared_launch, case):
     """Every reducer, forced through its setting, and both update paths average to the one-process update; so
     do 2 minibatches per rank accumulated into one step (grad_sync_period 2): the mean of the same gradients."""
     import distributed_workers as w
 
-    run_workers(plan, w.averaged_update, plan, str(tmp_path), reducer, update == "fast", sync, log_dir="")
-    ranks = [torch.load(tmp_path / f"rank{r}.pt", weights_only=False) for r in (0, 1)]
+    reducer, _, _ = case
+    out = shared_launch["out"] / "-".join(map(str, case))
+    ranks = [torch.load(out / f"rank{r}.pt", weights_only=True) for r in (0, 1)]
     assert [r["reducer"] for r in ranks] == [reducer, reducer]
     assert torch.equal(ranks[0]["final_actor"]["mlp.0.weight"], ranks[1]["final_actor"]["mlp.0.weight"])
 
