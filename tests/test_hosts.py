@@ -23,6 +23,9 @@ import psutil
 import pytest
 import torch
 
+# Real daemons and many processes: `.ci/run` runs these in its second step, as root.
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[1]
 TESTBED = ROOT / "scripts" / "testbed" / "hosts.sh"
 BIN = Path(sys.executable).parent
@@ -280,6 +283,7 @@ def test_a_two_host_run_listens_only_on_the_addresses_that_reach_the_other_hosts
 
 ATTACK = """
 import os, pickle, socket, struct, sys
+
 class Boom:
     def __reduce__(self):
         return (os.system, ("touch " + sys.argv[1],))

@@ -16,6 +16,9 @@ import pytest
 import yaml
 from slurm_cluster import SlurmCluster, missing_reason, running_cluster
 
+# Real daemons and many processes: `.ci/run` runs these in its second step, as root.
+pytestmark = pytest.mark.slow
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "slurm" / "train.sbatch"
 BIN = pathlib.Path(sys.executable).parent

@@ -105,6 +105,7 @@ def robot_pixels(png: bytes) -> np.ndarray:
 
 
 @NEEDS_CHROMIUM
+@pytest.mark.slow  # a real browser on software WebGL: `.ci/run` runs it in its second step
 def test_the_browser_viewer_draws_the_walking_robots_and_takes_commands(trained, tmp_path):
     from playwright.sync_api import sync_playwright
 
