@@ -234,8 +234,9 @@ def test_the_nested_flag_alone_is_used_in_every_command(command):
 
 
 def test_max_env_steps_becomes_the_iterations_that_reach_it_over_all_workers(capsys):
-    from mjfleet.cli.train import parse_args, resolve
+    from mjfleet.cli.train import parse_args
     from mjfleet.launch.devices import make_plan, parse_gpu_ids
+    from mjfleet.train.job import resolve as resolve_job
 
     argv = [
         "Cartpole-Balance",
@@ -248,7 +249,7 @@ def test_max_env_steps_becomes_the_iterations_that_reach_it_over_all_workers(cap
     ]
     _, flags = parse_args(argv)
     plan = make_plan(parse_gpu_ids(["None"]), cpu_workers=2)
-    job = resolve("Cartpole-Balance", flags, plan)
+    job = resolve_job("Cartpole-Balance", flags, plan)
     assert job.agent.max_iterations == 7  # 160 env steps per iteration: 6 reach 960, 7 reach 1,120 >= 1,001
     assert (
         "--max-env-steps 1,001: 7 iterations of 160 env steps (2 workers x 10 envs x 8 steps)"
