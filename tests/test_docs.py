@@ -109,7 +109,7 @@ def _trains_in_one_cpu_process(command: str) -> bool:
     if any(a.split("=", 1)[0] in ("--resume", "--load-run", "--checkpoint", "--hosts") for a in args):
         return False
     if any(a.split("=", 1)[0] in ("--wandb-run-path", "--video") for a in args):
-        return False  # a wandb run to resume; a GL backend fixed when mujoco was imported: tests/test_runs.py
+        return False  # a wandb run to resume; a GL backend fixed when mujoco was imported: tests/test_resume.py, tests/test_train_video.py
     if "--cpu-workers" in args and args[args.index("--cpu-workers") + 1] != "1":
         return False  # several workers: tests/test_distributed.py runs that path for real
     return True
@@ -189,7 +189,7 @@ def _train(args: list[str]) -> None:
         return
     resumes = ("--resume", "--load-run", "--checkpoint", "--wandb-run-path")
     if any(a.split("=", 1)[0] in resumes for a in args):
-        parse_args(args)  # resolving needs an existing run; tests/test_runs.py resumes for real
+        parse_args(args)  # resolving needs an existing run; tests/test_resume.py resumes for real
         return
     resolve(*parse_args(args))
 
