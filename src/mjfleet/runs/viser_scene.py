@@ -130,7 +130,7 @@ def open_training_viewer(settings: tuple[int, str, int] | None, env: Any, task: 
     """Rank 0's read-only browser view of its first environments while training (None without --viewer)."""
     if settings is None:
         return None
-        envs, host, port = settings
+    envs, host, port = settings
     warning = exposure_warning(host)
     if warning:
         print(warning)
