@@ -16,6 +16,7 @@ from pathlib import Path
 
 import launch_helpers
 import pytest
+from helpers import live_processes_in_session
 
 from mjfleet.errors import UsageError
 from mjfleet.launch.devices import WorkerPlan, make_plan, parse_gpu_ids
@@ -208,7 +209,7 @@ def test_sigterm_to_the_launcher_ends_every_process_it_started(tmp_path):
         launcher.send_signal(signal.SIGTERM)
         assert launcher.wait(timeout=30) == 128 + signal.SIGTERM
         time.sleep(0.5)
-        assert _live_processes_in_session(launcher.pid) == []
+        assert live_processes_in_session(launcher.pid) == []
         assert not any(_is_alive(pid) for pid in worker_pids)
     finally:
         if launcher.poll() is None:
@@ -239,20 +240,6 @@ def test_the_process_tree_keeps_a_reparented_grandchild_and_skips_processes_star
     finally:
         older.kill()
         older.wait()
-
-
-def _live_processes_in_session(sid: int) -> list[int]:
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                raw = Path(f"/proc/{entry}/stat").read_text()
-            except OSError:
-                continue
-            fields = raw[raw.rfind(")") + 2 :].split()
-            if int(fields[3]) == sid and fields[0] != "Z":
-                found.append(int(entry))
-    return found
 
 
 def _is_alive(pid: int) -> bool:
