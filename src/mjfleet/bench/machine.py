@@ -96,3 +96,13 @@ def cached_modules() -> set[str]:
     if path is None or not path.is_dir():
         return set()
     return {entry.name for entry in path.iterdir() if entry.name.startswith("wp_")}
+
+
+def warp_mempool_high(device: str) -> int | None:
+    """Warp's memory pool high-water mark on `device` in bytes; None where warp keeps none (CPU)."""
+    import warp as wp
+
+    try:
+        return int(wp.get_mempool_used_mem_high(device))
+    except (RuntimeError, ValueError):
+        return None

@@ -33,7 +33,7 @@ from mjfleet.bench import machine, report
 from mjfleet.envs import EnvConfig
 from mjfleet.launch.devices import WorkerPlan
 from mjfleet.rl import AgentConfig
-from mjfleet.timing import Stopwatch
+from mjfleet.timing import Stopwatch, Timed
 
 PHASES = ("physics", "env", "rollout", "training")
 WARMUP_STEPS = 5
@@ -94,7 +94,7 @@ def bench_worker(job: BenchJob) -> dict[str, Any] | None:
             machine.reset_peak_rss()
             warp_high_before = None
             if device.type == "cuda":
-                warp_high_before = _warp_mempool_high(ctx.device)
+                warp_high_before = machine.warp_mempool_high(ctx.device)
                 torch.cuda.reset_peak_memory_stats(device)
             t_build = time.perf_counter()
             env = spec.make_env(cfg, ctx.device)
@@ -176,7 +176,7 @@ def _measure_point(job: BenchJob, ctx, env, runner, device: torch.device) -> dic
     point["peak_rss_bytes"] = machine.peak_rss_bytes()
     if dev.type == "cuda":
         point["gpu_torch_peak_bytes"] = torch.cuda.max_memory_allocated(dev)
-        point["gpu_warp_peak_bytes"] = _warp_mempool_high(str(dev))
+        point["gpu_warp_peak_bytes"] = machine.warp_mempool_high(str(dev))
     return point
 
 
@@ -297,27 +297,6 @@ def _timed_training(job: BenchJob, runner, device: torch.device) -> list[dict[st
     return iterations[warmup:]
 
 
-class Timed:
-    """`target` with every call of its method `method` timed by `stopwatch`; everything else is `target`'s. Bench
-    puts it in place of the simulation (its `step`) and of the gradient reducer (its `average`, the wait for the
-    slowest worker included) while it measures, so the measured classes carry no timers of their own."""
-
-    def __init__(self, target: Any, method: str, stopwatch: Stopwatch) -> None:
-        self._target, self._method, self._stopwatch = target, method, stopwatch
-        timed = getattr(target, method)
-
-        def call(*args: Any, **kwargs: Any) -> Any:
-            with stopwatch:
-                return timed(*args, **kwargs)
-
-        self._call = call
-
-    def __getattr__(self, name: str) -> Any:
-        if name == self._method:
-            return self._call
-        return getattr(self._target, name)
-
-
 # ------------------------------------------------------------------------------------------- helpers
 def _make_runner(env, agent: AgentConfig, ctx, update_threads: int):
     from mjfleet.rl import FleetRunner
@@ -350,15 +329,6 @@ def _gather(result: dict[str, Any], ctx) -> list[dict[str, Any]]:
     from mjfleet.rl.reduce import gather_json
 
     return sorted(gather_json(result, ctx.world_size, ctx.group), key=lambda r: r["rank"])
-
-
-def _warp_mempool_high(device: str) -> int | None:
-    import warp as wp
-
-    try:
-        return int(wp.get_mempool_used_mem_high(device))
-    except (RuntimeError, ValueError):
-        return None
 
 
 def _progress_line(job: BenchJob, point: dict[str, Any], workers: int) -> str:

@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import os
 import re
-import socket
-import subprocess
 from dataclasses import dataclass, replace
 from typing import Literal
 
 from mjfleet.errors import UsageError
 from mjfleet.launch.external import read_launcher_env
+from mjfleet.launch.hosts import is_this_host, resolve_host_names
 
 GpuId = int | str
 """A GPU index (relative to CUDA_VISIBLE_DEVICES when it is set) or a GPU/MIG UUID string."""
@@ -184,7 +183,7 @@ def make_plan(
         raise UsageError(f"--threads must be a whole number >= 1, got {threads!r}")
     if isinstance(workers_per_gpu, bool) or not isinstance(workers_per_gpu, int) or workers_per_gpu < 1:
         raise UsageError(f"--workers-per-gpu must be a whole number >= 1, got {workers_per_gpu!r}")
-    host_names = _resolve_hosts(hosts)
+    host_names = resolve_host_names(hosts)
     count = _visible_gpu_count() if cuda_device_count is None else cuda_device_count
 
     notice = None
@@ -326,47 +325,3 @@ def usable_cores() -> int:
         return len(os.sched_getaffinity(0))  # respects taskset/cgroup pinning, unlike os.cpu_count()
     except AttributeError:
         return os.cpu_count() or 1
-
-
-def is_this_host(name: str) -> bool:
-    """Whether `name` is the machine this process runs on ("localhost", a loopback address, its host name)."""
-    here = socket.gethostname()
-    return name in ("localhost", "127.0.0.1", "::1", here, here.split(".")[0])
-
-
-def _resolve_hosts(hosts: list[str] | None) -> tuple[str, ...]:
-    names = [h.strip() for h in (hosts or []) if h.strip()]
-    if not names:
-        return ("localhost",)
-    if "slurm" in names:
-        if len(names) > 1:
-            raise UsageError(
-                "--hosts slurm takes the hosts from the SLURM allocation; do not list others with it"
-            )
-        return _slurm_hosts()
-    duplicates = sorted({h for h in names if names.count(h) > 1})
-    if duplicates:
-        raise UsageError(
-            f"--hosts: {', '.join(duplicates)} listed twice; each host runs all its workers once"
-        )
-    return tuple(names)
-
-
-def _slurm_hosts() -> tuple[str, ...]:
-    """The allocation's node names, found the way torchrunx does (`scontrol show hostnames`)."""
-    from torchrunx.utils.environment import in_slurm_job, slurm_hosts
-
-    if not in_slurm_job():
-        raise UsageError(
-            "--hosts slurm: not inside a SLURM allocation (SLURM_JOB_ID is not set); "
-            "run under salloc/sbatch, or list hosts by name"
-        )
-    try:
-        names = [h for h in slurm_hosts() if h]
-    except (OSError, subprocess.SubprocessError, RuntimeError) as exc:  # scontrol missing or failing
-        raise UsageError(
-            f"--hosts slurm: could not list the allocation's nodes with scontrol: {exc}"
-        ) from None
-    if not names:
-        raise UsageError("--hosts slurm: scontrol listed no nodes for this allocation")
-    return tuple(names)

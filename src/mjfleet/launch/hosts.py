@@ -108,3 +108,48 @@ def rendezvous_address(hosts: list[Host], requested: str | None = None) -> str:
     if address not in local_addresses():
         raise UsageError(f"--rendezvous-host: {requested} ({address}) is not an address of this machine")
     return address
+
+
+def is_this_host(name: str) -> bool:
+    """Whether `name` is the machine this process runs on ("localhost", a loopback address, its host name)."""
+    here = socket.gethostname()
+    return name in ("localhost", "127.0.0.1", "::1", here, here.split(".")[0])
+
+
+def resolve_host_names(hosts: list[str] | None) -> tuple[str, ...]:
+    """The hosts of a run, as typed: `localhost` when none, the allocation's nodes for `slurm`; no repeats."""
+    names = [h.strip() for h in (hosts or []) if h.strip()]
+    if not names:
+        return ("localhost",)
+    if "slurm" in names:
+        if len(names) > 1:
+            raise UsageError(
+                "--hosts slurm takes the hosts from the SLURM allocation; do not list others with it"
+            )
+        return _slurm_hosts()
+    duplicates = sorted({h for h in names if names.count(h) > 1})
+    if duplicates:
+        raise UsageError(
+            f"--hosts: {', '.join(duplicates)} listed twice; each host runs all its workers once"
+        )
+    return tuple(names)
+
+
+def _slurm_hosts() -> tuple[str, ...]:
+    """The allocation's node names, found the way torchrunx does (`scontrol show hostnames`)."""
+    from torchrunx.utils.environment import in_slurm_job, slurm_hosts
+
+    if not in_slurm_job():
+        raise UsageError(
+            "--hosts slurm: not inside a SLURM allocation (SLURM_JOB_ID is not set); "
+            "run under salloc/sbatch, or list hosts by name"
+        )
+    try:
+        names = [h for h in slurm_hosts() if h]
+    except (OSError, subprocess.SubprocessError, RuntimeError) as exc:  # scontrol missing or failing
+        raise UsageError(
+            f"--hosts slurm: could not list the allocation's nodes with scontrol: {exc}"
+        ) from None
+    if not names:
+        raise UsageError("--hosts slurm: scontrol listed no nodes for this allocation")
+    return tuple(names)
