@@ -22,8 +22,10 @@ import numpy as np
 import onnx
 import pytest
 import torch
+from helpers import copy_workdir
 
 from mjfleet.rl.deploy_metadata import MJLAB_KEYS
+from mjfleet.runs import RunDir
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "sim2sim.py"
@@ -67,19 +69,22 @@ def trained_and_exported(tmp_path_factory, task: str, train_args: list[str], pla
         *train_args,
         cwd=cwd,
     )
+    return exported(cwd, task, play_args)
+
+
+def exported(cwd: pathlib.Path, task: str, play_args: list[str]):
+    """(run directory, play's eval.json) of the one run under `cwd`/logs, exported by `play --export`."""
     (run_dir,) = (p for p in (cwd / "logs").glob("*/*") if p.is_dir())
     run("play", task, "--gpu-ids", "None", "--export", *play_args, cwd=cwd)
     return run_dir, json.loads((run_dir / "eval.json").read_text())
 
 
 @pytest.fixture(scope="module")
-def cartpole(tmp_path_factory):
-    return trained_and_exported(
-        tmp_path_factory,
-        "Cartpole-Balance",
-        ["--num-envs", "64", "--agent.num-steps-per-env", "8", "--max-iterations", "20", *CARTPOLE_EPISODES],
-        [*CARTPOLE_EPISODES, "--episodes", "32", "--num-envs", "16"],
-    )
+def cartpole(cartpole_run, tmp_path_factory):
+    """The session's shared Cartpole run (tests/conftest.py; one-second episodes, as played here), exported in a
+    copy of its working directory."""
+    cwd = copy_workdir(cartpole_run.cwd, tmp_path_factory.mktemp("sim2sim"))
+    return exported(cwd, "Cartpole-Balance", [*CARTPOLE_EPISODES, "--episodes", "32", "--num-envs", "16"])
 
 
 @pytest.fixture(scope="module")
@@ -114,7 +119,7 @@ def first_actions(task: str, run_dir: pathlib.Path, steps: int, tmp_path: pathli
         cfg.commands.fix(*command)
     torch.manual_seed(0)
     env = spec.make_env(cfg, "cpu")
-    state = read_checkpoint(sorted(run_dir.glob("model_*.pt"))[-1], map_location="cpu")
+    state = read_checkpoint(RunDir(run_dir).latest_checkpoint(), map_location="cpu")
     obs, _ = env.reset()
     actor = build_actor(state, obs, env.num_actions)
     init = {"qpos": env.sim.qpos[0].numpy().copy(), "qvel": env.sim.qvel[0].numpy().copy()}
@@ -277,7 +282,7 @@ def test_the_export_check_runs_without_onnxruntime(cartpole, monkeypatch):
 
     run_dir, _ = cartpole
     obs = TensorDict({"actor": torch.randn(4, 5)}, batch_size=[4])
-    actor = build_actor(read_checkpoint(sorted(run_dir.glob("model_*.pt"))[-1], map_location="cpu"), obs, 1)
+    actor = build_actor(read_checkpoint(RunDir(run_dir).latest_checkpoint(), map_location="cpu"), obs, 1)
     monkeypatch.setitem(sys.modules, "onnxruntime", None)  # `import onnxruntime` raises ImportError
     with pytest.raises(ImportError):
         import onnxruntime  # noqa: F401
