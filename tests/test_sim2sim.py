@@ -1,7 +1,8 @@
 """sim2sim from the export alone: examples/sim2sim.py runs an exported policy in MuJoCo C and reproduces `play`.
 
-Each task is trained briefly by the real `train` command and exported by the real `play --export` (one training per
-task, shared by the module). examples/sim2sim.py runs in a separate process with a clean environment.
+Cartpole is the session's shared run (tests/conftest.py), the quadruped is trained briefly by the real `train`
+command (once, shared by the module); each is exported by the real `play --export`. examples/sim2sim.py runs in a
+separate process with a clean environment.
 
 Tolerances, and why. MuJoCo C (float64) and MuJoCo-Warp (float32) agree to ~1e-6 per physics step; over 50 policy
 steps from the same initial state that stays far below 1e-4 in the actions (checked exactly here). Over whole
