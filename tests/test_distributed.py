@@ -38,8 +38,9 @@ NORMALISER_REDUCERS = ["shared-memory", "all-reduce"]
 @pytest.fixture(scope="module")
 def shared_launch(tmp_path_factory):
     """One 2-worker launch running, in turn, what the tests below check: 3 iterations averaged by the default
-    reducer and by none, the normaliser through two reducers, and one averaged update per reducer and path (rank
-    files under `out/<case>`). Starting the workers once instead of for each check keeps the suite short."""
+    reducer and by none, the normaliser through two reducers, one averaged update per reducer and path (rank
+    files under `out/<case>`), shared-memory rounds, and last (it sets RANK and WORLD_SIZE to nonsense) a runner
+    built from its context. Starting the workers once instead of for each check keeps the suite short."""
     import distributed_workers as w
 
     out = tmp_path_factory.mktemp("averaged")
@@ -51,12 +52,20 @@ def shared_launch(tmp_path_factory):
         calls.append(
             ("averaged_update", (str(out / "-".join(map(str, case))), reducer, update == "fast", sync))
         )
+    calls += [("shared_memory_rounds", (200,)), ("train_with_bogus_rank_variables", ())]
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("PYTHONPATH", f"{TESTS}:{':'.join(sys.path)}")
         plan = make_plan(parse_gpu_ids(["None"]), cpu_workers=2)
         results = run_workers(plan, w.in_sequence, plan, calls, log_dir="")
     normaliser = dict(zip(NORMALISER_REDUCERS, results[2:4], strict=True))
-    return {"auto": results[0], "none": results[1], "normaliser": normaliser, "out": out}
+    return {
+        "auto": results[0],
+        "none": results[1],
+        "normaliser": normaliser,
+        "out": out,
+        "shared_memory_rounds": results[-2],
+        "context_not_variables": results[-1],
+    }
 
 
 def test_ranks_end_with_identical_parameters_while_their_environments_differ(shared_launch):
@@ -72,10 +81,8 @@ def test_ranks_end_with_identical_parameters_while_their_environments_differ(sha
     assert result["agreed_stop"] == signal.SIGTERM
 
 
-def test_a_runner_takes_its_ranks_from_its_context_not_from_rank_variables(plan):
-    import distributed_workers as w
-
-    result = run_workers(plan, w.train_with_bogus_rank_variables, plan, log_dir="")
+def test_a_runner_takes_its_ranks_from_its_context_not_from_rank_variables(shared_launch):
+    result = shared_launch["context_not_variables"]
     assert result["world_size"] == 2 and result["reducer"] == "shared-memory"
     assert result["params_identical"] and not result["env_data_identical"]
     assert (
@@ -170,10 +177,8 @@ def _wait_for_no_children(timeout: float) -> list[int]:
     return left
 
 
-def test_shared_memory_sums_are_exact_in_every_round_and_a_missing_rank_times_out(plan):
-    import distributed_workers as w
-
-    result = run_workers(plan, w.shared_memory_rounds, plan, 200, log_dir="")
+def test_shared_memory_sums_are_exact_in_every_round_and_a_missing_rank_times_out(shared_launch):
+    result = shared_launch["shared_memory_rounds"]
     assert [r["wrong"] for r in result] == [0, 0]
     assert "rank(s) [0] did not reach" in result[1]["timed_out"]
 
