@@ -1,0 +1,120 @@
+"""SAC's networks: a tanh-squashed Gaussian actor and twin Q critics, each with its observation normaliser.
+
+The actor is called like rsl_rl's actor, `actor(obs, stochastic_output=False)` on a TensorDict of observation
+groups, so that evaluation, `play` and the periodic evaluation use it as they use PPO's: the deterministic action
+is bound x tanh(mean).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from rsl_rl.modules import MLP, EmpiricalNormalization
+from torch import nn
+
+
+def _normaliser(dim: int, enabled: bool) -> nn.Module:
+    return EmpiricalNormalization(dim) if enabled else nn.Identity()
+
+
+class SquashedGaussianActor(nn.Module):
+    """pi(a|s) = bound x tanh(u), u ~ N(mu(s), sigma(s)^2): actions inside the environment's range by
+    construction, with the log-probability corrected for the squashing."""
+
+    def __init__(
+        self,
+        obs_dim: int,
+        action_dim: int,
+        hidden_dims: tuple[int, ...],
+        activation: str,
+        action_bound: float,
+        obs_normalization: bool,
+        log_std_range: tuple[float, float] = (-5.0, 2.0),
+        obs_group: str = "actor",
+    ) -> None:
+        super().__init__()
+        self.obs_group = obs_group
+        self.obs_normalization = obs_normalization
+        self.obs_normalizer = _normaliser(obs_dim, obs_normalization)
+        self.mlp = MLP(obs_dim, 2 * action_dim, list(hidden_dims), activation)
+        self.action_dim = action_dim
+        self.register_buffer("action_bound", torch.tensor(float(action_bound)))
+        self.log_std_min, self.log_std_max = log_std_range
+
+    def distribution(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(mean, log std) of the pre-squash Gaussian for raw observations `x`."""
+        mean, raw = self.mlp(self.obs_normalizer(x)).chunk(2, dim=-1)
+        # tanh keeps log std within its range with a gradient everywhere (a clamp would cut it off)
+        log_std = self.log_std_min + 0.5 * (self.log_std_max - self.log_std_min) * (torch.tanh(raw) + 1.0)
+        return mean, log_std
+
+    def sample(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(action, its log-probability, the distribution's std): a reparameterised draw, so gradients flow."""
+        mean, log_std = self.distribution(x)
+        std = log_std.exp()
+        u = mean + std * torch.randn_like(mean)
+        squashed = torch.tanh(u)
+        # log N(u) - sum log(d a/d u), with log(1 - tanh(u)^2) written stably as 2 (log 2 - u - softplus(-2u))
+        gaussian = -0.5 * ((u - mean) / std).square() - log_std - 0.5 * math.log(2 * math.pi)
+        jacobian = 2.0 * (math.log(2.0) - u - nn.functional.softplus(-2.0 * u)) + torch.log(self.action_bound)
+        log_prob = (gaussian - jacobian).sum(dim=-1)
+        return self.action_bound * squashed, log_prob, std
+
+    def deterministic(self, x: torch.Tensor) -> torch.Tensor:
+        """bound x tanh(mean): what an evaluated or deployed policy does."""
+        mean, _ = self.distribution(x)
+        return self.action_bound * torch.tanh(mean)
+
+    def forward(self, obs, stochastic_output: bool = False) -> torch.Tensor:
+        x = obs[self.obs_group] if not isinstance(obs, torch.Tensor) else obs
+        if stochastic_output:
+            return self.sample(x)[0]
+        return self.deterministic(x)
+
+
+class TwinCritic(nn.Module):
+    """Two independent Q(s, a) networks over one shared observation normaliser (clipped double Q)."""
+
+    def __init__(
+        self,
+        obs_dim: int,
+        action_dim: int,
+        hidden_dims: tuple[int, ...],
+        activation: str,
+        obs_normalization: bool,
+    ) -> None:
+        super().__init__()
+        self.obs_normalization = obs_normalization
+        self.obs_normalizer = _normaliser(obs_dim, obs_normalization)
+        self.q1 = MLP(obs_dim + action_dim, 1, list(hidden_dims), activation)
+        self.q2 = MLP(obs_dim + action_dim, 1, list(hidden_dims), activation)
+
+    def forward(self, x: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(Q1, Q2), each of shape (batch,), for raw observations `x`."""
+        inputs = torch.cat((self.obs_normalizer(x), actions), dim=-1)
+        return self.q1(inputs).squeeze(-1), self.q2(inputs).squeeze(-1)
+
+
+class TargetCritic(nn.Module):
+    """The Polyak-averaged copy of a `TwinCritic`: trained by `update_from` only, never by gradients."""
+
+    def __init__(self, critic: TwinCritic) -> None:
+        super().__init__()
+        import copy
+
+        self.net = copy.deepcopy(critic)
+        self.net.requires_grad_(False)
+        # The normaliser is the online critic's (shared statistics, never averaged): only the weights lag.
+        self._weights = [p for n, p in self.net.named_parameters()]
+        self._sources = [p for n, p in critic.named_parameters()]
+
+    def forward(self, x: torch.Tensor, actions: torch.Tensor, critic: TwinCritic) -> torch.Tensor:
+        """min(Q1', Q2') with the online critic's current normalisation."""
+        inputs = torch.cat((critic.obs_normalizer(x), actions), dim=-1)
+        return torch.minimum(self.net.q1(inputs), self.net.q2(inputs)).squeeze(-1)
+
+    @torch.no_grad()
+    def update_from(self, tau: float) -> None:
+        """target <- (1 - tau) target + tau online, every weight in one fused operation."""
+        torch._foreach_lerp_(self._weights, self._sources, tau)
