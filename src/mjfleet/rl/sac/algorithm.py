@@ -85,6 +85,7 @@ class FleetSAC:
         self._last_obs = None
         self._last_actions: torch.Tensor | None = None
         self._action_std = torch.zeros(action_dim, device=device)
+        self._mean_q = 0.0
 
     # ----------------------------------------------------------- runner API
     @property
@@ -138,7 +139,11 @@ class FleetSAC:
 
     def record_entries(self) -> dict[str, Any]:
         """Entries of the iteration's record beside the losses."""
-        return {"Policy/alpha": float(self.alpha), "Replay/transitions": self.buffer.num_transitions}
+        return {
+            "Policy/alpha": float(self.alpha),
+            "Policy/mean_q": self._mean_q,
+            "Replay/transitions": self.buffer.num_transitions,
+        }
 
     def act(self, obs) -> torch.Tensor:
         """A sampled action (uniformly random during the warm-up); remembered for `process_env_step`."""
@@ -198,8 +203,8 @@ class FleetSAC:
         for _ in range(num_updates):
             batch = self.buffer.sample(self.cfg.batch_size, self.cfg.n_step, self.cfg.gamma)
             sums += self.gradient_step(batch)
-        critic, actor, alpha, entropy, q = (sums / max(num_updates, 1)).tolist()
-        return {"critic": critic, "actor": actor, "alpha": alpha, "entropy": entropy, "q_value": q}
+        critic, actor, alpha, entropy, self._mean_q = (sums / max(num_updates, 1)).tolist()
+        return {"critic": critic, "actor": actor, "alpha": alpha, "entropy": entropy}
 
     def update_normalization(self, new_rows: int) -> None:
         """The actor's and critics' normalisers learn the observations of the last `new_rows` steps."""
@@ -220,18 +225,23 @@ class FleetSAC:
         self.apply_gradients()
         return grads
 
-    def compute_gradients(self, batch: Batch) -> torch.Tensor:
-        """The three losses on `batch`, back-propagated into `flat_grad` (this worker's gradients only)."""
+    def compute_gradients(
+        self, batch: Batch, noise: tuple[torch.Tensor, torch.Tensor] | None = None
+    ) -> torch.Tensor:
+        """The three losses on `batch`, back-propagated into `flat_grad` (this worker's gradients only).
+        `noise`: the policy's standard-normal draws for the next and the current observations (tests replaying an
+        update); None draws them."""
         actor, critic = self.actor, self.critic
         alpha = self.alpha
+        next_noise, noise_now = noise if noise is not None else (None, None)
         with torch.no_grad():
-            next_actions, next_log_prob, _ = actor.sample(batch.next_obs)
+            next_actions, next_log_prob, _ = actor.sample(batch.next_obs, next_noise)
             next_value = self.target(batch.next_critic_obs, next_actions, critic) - alpha * next_log_prob
             target_q = batch.returns + batch.bootstrap * next_value
         q1, q2 = critic(batch.critic_obs, batch.actions)
         critic_loss = (q1 - target_q).square().mean() + (q2 - target_q).square().mean()
 
-        actions, log_prob, std = actor.sample(batch.obs)
+        actions, log_prob, std = actor.sample(batch.obs, noise_now)
         # The actor's gradient must not reach the critics: they are frozen for this part of the graph.
         critic.requires_grad_(False)
         q_new = torch.minimum(*critic(batch.critic_obs, actions))

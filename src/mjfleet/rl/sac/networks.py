@@ -35,6 +35,9 @@ class SquashedGaussianActor(nn.Module):
     ) -> None:
         super().__init__()
         self.obs_group = obs_group
+        self.obs_groups = [obs_group]
+        """The groups the actor reads, in input order (what export and play's metadata list)."""
+        self.obs_dim = obs_dim
         self.obs_normalization = obs_normalization
         self.obs_normalizer = _normaliser(obs_dim, obs_normalization)
         self.mlp = MLP(obs_dim, 2 * action_dim, list(hidden_dims), activation)
@@ -49,11 +52,14 @@ class SquashedGaussianActor(nn.Module):
         log_std = self.log_std_min + 0.5 * (self.log_std_max - self.log_std_min) * (torch.tanh(raw) + 1.0)
         return mean, log_std
 
-    def sample(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """(action, its log-probability, the distribution's std): a reparameterised draw, so gradients flow."""
+    def sample(
+        self, x: torch.Tensor, noise: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(action, its log-probability, the distribution's std): a reparameterised draw, so gradients flow.
+        `noise`: the standard-normal draw to use (tests replaying an update); None draws one."""
         mean, log_std = self.distribution(x)
         std = log_std.exp()
-        u = mean + std * torch.randn_like(mean)
+        u = mean + std * (torch.randn_like(mean) if noise is None else noise)
         squashed = torch.tanh(u)
         # log N(u) - sum log(d a/d u), with log(1 - tanh(u)^2) written stably as 2 (log 2 - u - softplus(-2u))
         gaussian = -0.5 * ((u - mean) / std).square() - log_std - 0.5 * math.log(2 * math.pi)
@@ -71,6 +77,55 @@ class SquashedGaussianActor(nn.Module):
         if stochastic_output:
             return self.sample(x)[0]
         return self.deterministic(x)
+
+    def as_onnx(self, verbose: bool = False) -> DeterministicPolicy:
+        """The deterministic policy as a module of one tensor input, for ONNX export (rsl_rl's `as_onnx`)."""
+        return DeterministicPolicy(self)
+
+    def as_jit(self) -> DeterministicPolicy:
+        """The same module, for TorchScript."""
+        return DeterministicPolicy(self)
+
+
+class DeterministicPolicy(nn.Module):
+    """obs (batch, obs_dim), unnormalised -> bound x tanh(mean): what a deployment runs."""
+
+    input_names = ["obs"]
+    output_names = ["actions"]
+
+    def __init__(self, actor: SquashedGaussianActor) -> None:
+        super().__init__()
+        import copy
+
+        self.obs_normalizer = copy.deepcopy(actor.obs_normalizer)
+        self.mlp = copy.deepcopy(actor.mlp)
+        self.action_dim = actor.action_dim
+        self.obs_dim = actor.obs_dim
+        self.register_buffer("action_bound", actor.action_bound.detach().clone())
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        mean = self.mlp(self.obs_normalizer(obs))[..., : self.action_dim]
+        return self.action_bound * torch.tanh(mean)
+
+    def get_dummy_inputs(self) -> tuple[torch.Tensor]:
+        return (torch.zeros(1, self.obs_dim),)
+
+
+def build_actor_from_checkpoint(state: dict, obs, num_actions: int, device) -> SquashedGaussianActor:
+    """The actor a SAC checkpoint holds, in eval mode on `device` (`play`, export)."""
+    cfg = state["agent_cfg"]["sac"]
+    actor = SquashedGaussianActor(
+        int(obs["actor"].shape[-1]),
+        num_actions,
+        tuple(cfg["actor_hidden_dims"]),
+        cfg["activation"],
+        1.0,  # the checkpoint's bound is a buffer of the state dict
+        bool(cfg["obs_normalization"]),
+        (float(cfg["log_std_min"]), float(cfg["log_std_max"])),
+    ).to(device)
+    actor.load_state_dict(state["actor_state_dict"])
+    actor.eval()
+    return actor
 
 
 class TwinCritic(nn.Module):
