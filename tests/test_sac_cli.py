@@ -19,7 +19,8 @@ SAC_SMALL = [
 def sac_run(tmp_path_factory) -> pathlib.Path:
     """The working directory of a 2-iteration SAC run (read-only for the tests: copy it to write)."""
     cwd = tmp_path_factory.mktemp("sac_run")
-    run_cli("train", "Cartpole-Balance", *SAC_SMALL, "--max-iterations", "2", cwd=cwd, check=True)
+    evaluate = ["--eval-interval", "2", "--eval-episodes", "2"]
+    run_cli("train", "Cartpole-Balance", *SAC_SMALL, "--max-iterations", "2", *evaluate, cwd=cwd, check=True)
     return cwd
 
 
@@ -33,6 +34,9 @@ def test_a_sac_run_writes_sac_metrics_and_a_checkpoint_that_names_its_algorithm(
     assert [r["iteration"] for r in records] == [0, 1]
     assert records[0]["Replay/transitions"] == 16 * 4
     assert records[1]["Loss/critic"] > 0  # the warm-up is over: gradient steps ran
+    assert (
+        "Eval/mean_return" in records[1] and (run_dir / "model_best.pt").exists()
+    )  # the deterministic actor
     state = torch.load(run_dir / "model_2.pt", weights_only=True)
     assert state["algorithm"] == "sac" and state["iter"] == 2
     assert {"actor_state_dict", "critic_state_dict", "target_state_dict", "log_alpha"} <= state.keys()
@@ -79,3 +83,10 @@ def test_a_sac_checkpoint_resumed_as_ppo_is_a_one_line_usage_error(sac_run, tmp_
 def test_an_unknown_algorithm_is_a_one_line_usage_error(tmp_path):
     result = run_cli("train", "Cartpole-Balance", "--gpu-ids", "None", "--algorithm", "dqn", cwd=tmp_path)
     assert_one_line_usage_error(result, "--algorithm")
+
+
+def test_bench_says_it_does_not_time_sac_yet(tmp_path):
+    result = run_cli(
+        "bench", "Cartpole-Balance", "--gpu-ids", "None", "--agent.algorithm-name", "sac", cwd=tmp_path
+    )
+    assert_one_line_usage_error(result, "bench times PPO only")

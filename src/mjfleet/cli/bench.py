@@ -95,6 +95,10 @@ def check_flags(flags: Any) -> None:
             raise UsageError(f"--{name} must be >= 1, got {getattr(flags, name)}")
     if flags.env.decimation < 1:
         raise UsageError(f"--env.decimation must be >= 1, got {flags.env.decimation}")
+    if flags.agent.algorithm_name != "ppo":  # its phases (rollout storage, minibatch update) are PPO's
+        raise UsageError(
+            f"bench times PPO only; --agent.algorithm-name {flags.agent.algorithm_name} is not timed yet"
+        )
     if flags.agent.num_steps_per_env < 1:
         raise UsageError(f"--agent.num-steps-per-env must be >= 1, got {flags.agent.num_steps_per_env}")
 

@@ -61,10 +61,11 @@ class RunnerHooks:
 
 
 class FleetRunner:
-    """Trains an rsl_rl-style PPO (`FleetPPO`) on one vectorised environment, as one worker of `context`.
+    """Trains an rsl_rl-style PPO (`FleetPPO`), or SAC (`mjfleet.rl.sac.FleetSAC`, `agent_cfg.algorithm_name`),
+    on one vectorised environment, as one worker of `context`.
 
-    It builds rsl_rl's models and storage and FleetPPO (`mjfleet.rl.build`) and runs the loop rsl_rl's
-    `OnPolicyRunner` runs, with what a fleet needs:
+    It builds the algorithm (`mjfleet.rl.build`) and runs the loop rsl_rl's `OnPolicyRunner` runs (collect, then
+    update; SAC collects into its replay buffer and its update is its gradient steps), with what a fleet needs:
 
     - The worker's place in the run comes as an explicit `WorkerContext` (rank, world size, device, process
       group; default: one worker on `device`): nothing here reads the environment or creates a process group.
