@@ -3,10 +3,19 @@
 from __future__ import annotations
 
 import pathlib
+import signal
 
 import pytest
 import torch
-from helpers import CARTPOLE_EXPERIMENT, assert_one_line_usage_error, copy_workdir, metrics, run_cli
+from helpers import (
+    CARTPOLE_EXPERIMENT,
+    assert_one_line_usage_error,
+    copy_workdir,
+    iterations_in,
+    metrics,
+    run_cli,
+)
+from test_resume import interrupt, resume_hint, start_train, wait_for_iterations
 
 SAC_SMALL = [
     "--gpu-ids", "None", "--algorithm", "sac", "--num-envs", "16", "--agent.num-steps-per-env", "4",
@@ -90,3 +99,15 @@ def test_bench_says_it_does_not_time_sac_yet(tmp_path):
         "bench", "Cartpole-Balance", "--gpu-ids", "None", "--agent.algorithm-name", "sac", cwd=tmp_path
     )
     assert_one_line_usage_error(result, "bench times PPO only")
+
+
+def test_sigint_saves_a_sac_checkpoint_and_prints_a_resume_command_that_keeps_the_algorithm(tmp_path):
+    proc = start_train(tmp_path, *SAC_SMALL, "--max-iterations", "1000", "--save-interval", "100")
+    run_dir = wait_for_iterations(proc, tmp_path, 3)
+    _, err = interrupt(proc)
+    assert proc.returncode == 128 + signal.SIGINT, err
+    last = iterations_in(run_dir)[-1] + 1
+    state = torch.load(run_dir / f"model_{last}.pt", weights_only=True)
+    assert state["algorithm"] == "sac" and state["iter"] == last
+    words = resume_hint(err)
+    assert words[words.index("--algorithm") + 1] == "sac"
