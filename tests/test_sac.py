@@ -113,3 +113,25 @@ def test_without_the_setting_no_final_observations_are_computed():
     env = _cartpole(1.0, record_final=False)
     _, _, _, extras = env.step(torch.zeros(8, env.num_actions))
     assert "final_observations" not in extras
+
+
+def test_the_actor_acts_inside_its_bounds_with_the_log_probability_of_the_squashed_gaussian():
+    from torch.distributions import AffineTransform, Normal, TanhTransform, TransformedDistribution
+
+    from mjfleet.rl.sac.networks import SquashedGaussianActor
+
+    low, high = torch.tensor([-1.0, -0.5, 0.0]), torch.tensor([1.0, 2.0, 0.1])
+    torch.manual_seed(0)
+    actor = SquashedGaussianActor(4, 3, (16,), "elu", (low, high), obs_normalization=False)
+    x = torch.randn(512, 4)
+    noise = torch.randn(512, 3)
+    actions, log_prob, std = actor.sample(x, noise)
+    assert ((actions >= low) & (actions <= high)).all()
+    mean, log_std = actor.distribution(x)
+    squashed = TransformedDistribution(
+        Normal(mean, log_std.exp()), [TanhTransform(), AffineTransform((high + low) / 2, (high - low) / 2)]
+    )
+    u = mean + std * noise  # the pre-squash draw; the reference evaluates its own image of it
+    reference = squashed.log_prob(squashed.transforms[1](squashed.transforms[0](u))).sum(dim=-1)
+    torch.testing.assert_close(log_prob, reference, atol=1e-3, rtol=1e-4)
+    assert torch.equal(actor(x), (high + low) / 2 + (high - low) / 2 * torch.tanh(mean))

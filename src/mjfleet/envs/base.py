@@ -150,6 +150,12 @@ class MujocoVecEnv(VecEnv):
     def randomize_reset_state(self, mask: torch.Tensor) -> None:
         """Write the initial state of the environments in `mask` (the simulation has just reset them)."""
 
+    def action_bounds(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """(low, high) per action: the range a bounded policy (SAC's squashed actions) should act in. Default: the
+        clip range every action is clipped to anyway."""
+        clip = float(self.cfg.clip_actions)
+        return torch.full((self.num_actions,), -clip), torch.full((self.num_actions,), clip)
+
     def apply_actions(self, actions: torch.Tensor) -> None:
         """Write clipped policy actions into the actuators' controls (in place, no allocation)."""
         torch.mul(actions, self.cfg.action_scale, out=self.sim.ctrl)

@@ -37,7 +37,7 @@ def build_actor(state: dict[str, Any], obs: TensorDict, num_actions: int, device
     """
     from rsl_rl.utils import resolve_class
 
-    if state.get("algorithm") == "sac":  # mjfleet.rl.sac: bound x tanh(mean) is the deterministic action
+    if state.get("algorithm") == "sac":  # mjfleet.rl.sac: the squashed mean is the deterministic action
         from mjfleet.rl.sac.networks import build_actor_from_checkpoint
 
         return build_actor_from_checkpoint(state, obs, num_actions, device)

@@ -148,9 +148,7 @@ class FleetSAC:
     def act(self, obs) -> torch.Tensor:
         """A sampled action (uniformly random during the warm-up); remembered for `process_env_step`."""
         if self.in_warmup:
-            bound = self.actor.action_bound
-            shape = (obs.batch_size[0], self.actor.action_dim)
-            actions = (torch.rand(shape, device=self.device) * 2.0 - 1.0) * bound
+            actions = self.actor.random_actions(obs.batch_size[0])
         else:
             actions = self.actor.sample(obs[self.actor.obs_group])[0]
         self._last_obs, self._last_actions = obs, actions

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import torch
+
 from mjfleet.launch.worker import WorkerContext
 from mjfleet.rl.config import AgentConfig
 from mjfleet.rl.reduce import choose_reducer
@@ -26,13 +28,13 @@ def build_sac(obs, env, agent: AgentConfig, ctx: WorkerContext) -> FleetSAC:
     env.record_final_observations = True
     device = ctx.device
     critic_group = "critic" if cfg.asymmetric_critic and "critic" in obs.keys() else "actor"
-    bound = cfg.action_bound if cfg.action_bound > 0 else float(env.cfg.clip_actions)
+    bounds = action_bounds(env, cfg.action_bound)
     actor = SquashedGaussianActor(
         obs["actor"].shape[-1],
         env.num_actions,
         cfg.actor_hidden_dims,
         cfg.activation,
-        bound,
+        bounds,
         cfg.obs_normalization,
         (cfg.log_std_min, cfg.log_std_max),
     ).to(device)
@@ -55,3 +57,16 @@ def build_sac(obs, env, agent: AgentConfig, ctx: WorkerContext) -> FleetSAC:
     if ctx.is_distributed:
         alg.reducer = choose_reducer(cfg.gradient_reducer, alg.flat_grad, ctx.group)
     return alg
+
+
+def action_bounds(env, bound: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """(low, high) per action: +-`bound` when it is set (> 0), else the environment's `action_bounds()` (the
+    joint limits for locomotion tasks), else its clip range."""
+    n = env.num_actions
+    if bound > 0:
+        return torch.full((n,), -bound), torch.full((n,), bound)
+    if hasattr(env, "action_bounds"):
+        low, high = env.action_bounds()
+        return low.float().cpu(), high.float().cpu()
+    clip = float(env.cfg.clip_actions)
+    return torch.full((n,), -clip), torch.full((n,), clip)

@@ -60,7 +60,9 @@ class SACConfig:
     """Critics read the task's `critic` observation group (privileged state where the task has one); off: the
     actor's group. The actor always reads `actor`, which is all a deployed policy sees."""
     action_bound: float = 0.0
-    """Actions are bound * tanh(Gaussian sample). 0: the environment's clip_actions (the range it accepts)."""
+    """Actions are squashed into [-action_bound, action_bound] (tanh of a Gaussian sample, scaled). 0: the
+    environment's own bounds (`action_bounds()`: the joint limits around the default pose for locomotion tasks,
+    else the clip range)."""
     gradient_reducer: Literal["auto", "all-reduce", "all-gather", "shared-memory", "none"] = "auto"
     """Several workers: how gradients are averaged after every gradient step (mjfleet.rl.reduce; as PPO's)."""
     log_std_min: float = -5.0

@@ -2,7 +2,7 @@
 
 The actor is called like rsl_rl's actor, `actor(obs, stochastic_output=False)` on a TensorDict of observation
 groups, so that evaluation, `play` and the periodic evaluation use it as they use PPO's: the deterministic action
-is bound x tanh(mean).
+is center + half_range x tanh(mean), inside the bounds the environment states (`action_bounds()`).
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ def _normaliser(dim: int, enabled: bool) -> nn.Module:
 
 
 class SquashedGaussianActor(nn.Module):
-    """pi(a|s) = bound x tanh(u), u ~ N(mu(s), sigma(s)^2): actions inside the environment's range by
-    construction, with the log-probability corrected for the squashing."""
+    """pi(a|s) = center + half_range x tanh(u), u ~ N(mu(s), sigma(s)^2): actions inside [low, high] by
+    construction (per action dimension), with the log-probability corrected for the squashing."""
 
     def __init__(
         self,
@@ -28,7 +28,7 @@ class SquashedGaussianActor(nn.Module):
         action_dim: int,
         hidden_dims: tuple[int, ...],
         activation: str,
-        action_bound: float,
+        action_bounds: tuple[torch.Tensor, torch.Tensor],
         obs_normalization: bool,
         log_std_range: tuple[float, float] = (-5.0, 2.0),
         obs_group: str = "actor",
@@ -42,7 +42,9 @@ class SquashedGaussianActor(nn.Module):
         self.obs_normalizer = _normaliser(obs_dim, obs_normalization)
         self.mlp = MLP(obs_dim, 2 * action_dim, list(hidden_dims), activation)
         self.action_dim = action_dim
-        self.register_buffer("action_bound", torch.tensor(float(action_bound)))
+        low, high = (torch.as_tensor(b, dtype=torch.float32).reshape(action_dim) for b in action_bounds)
+        self.register_buffer("action_center", (high + low) / 2)
+        self.register_buffer("action_half_range", (high - low) / 2)
         self.log_std_min, self.log_std_max = log_std_range
 
     def distribution(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -63,14 +65,19 @@ class SquashedGaussianActor(nn.Module):
         squashed = torch.tanh(u)
         # log N(u) - sum log(d a/d u), with log(1 - tanh(u)^2) written stably as 2 (log 2 - u - softplus(-2u))
         gaussian = -0.5 * ((u - mean) / std).square() - log_std - 0.5 * math.log(2 * math.pi)
-        jacobian = 2.0 * (math.log(2.0) - u - nn.functional.softplus(-2.0 * u)) + torch.log(self.action_bound)
+        jacobian = 2.0 * (math.log(2.0) - u - nn.functional.softplus(-2.0 * u)) + self.action_half_range.log()
         log_prob = (gaussian - jacobian).sum(dim=-1)
-        return self.action_bound * squashed, log_prob, std
+        return self.action_center + self.action_half_range * squashed, log_prob, std
 
     def deterministic(self, x: torch.Tensor) -> torch.Tensor:
-        """bound x tanh(mean): what an evaluated or deployed policy does."""
+        """center + half_range x tanh(mean): what an evaluated or deployed policy does."""
         mean, _ = self.distribution(x)
-        return self.action_bound * torch.tanh(mean)
+        return self.action_center + self.action_half_range * torch.tanh(mean)
+
+    def random_actions(self, n: int) -> torch.Tensor:
+        """`n` actions drawn uniformly from the bounds (the warm-up's)."""
+        u = torch.rand(n, self.action_dim, device=self.action_center.device) * 2.0 - 1.0
+        return self.action_center + self.action_half_range * u
 
     def forward(self, obs, stochastic_output: bool = False) -> torch.Tensor:
         x = obs[self.obs_group] if not isinstance(obs, torch.Tensor) else obs
@@ -88,7 +95,7 @@ class SquashedGaussianActor(nn.Module):
 
 
 class DeterministicPolicy(nn.Module):
-    """obs (batch, obs_dim), unnormalised -> bound x tanh(mean): what a deployment runs."""
+    """obs (batch, obs_dim), unnormalised -> center + half_range x tanh(mean): what a deployment runs."""
 
     input_names = ["obs"]
     output_names = ["actions"]
@@ -101,11 +108,12 @@ class DeterministicPolicy(nn.Module):
         self.mlp = copy.deepcopy(actor.mlp)
         self.action_dim = actor.action_dim
         self.obs_dim = actor.obs_dim
-        self.register_buffer("action_bound", actor.action_bound.detach().clone())
+        self.register_buffer("action_center", actor.action_center.detach().clone())
+        self.register_buffer("action_half_range", actor.action_half_range.detach().clone())
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         mean = self.mlp(self.obs_normalizer(obs))[..., : self.action_dim]
-        return self.action_bound * torch.tanh(mean)
+        return self.action_center + self.action_half_range * torch.tanh(mean)
 
     def get_dummy_inputs(self) -> tuple[torch.Tensor]:
         return (torch.zeros(1, self.obs_dim),)
@@ -119,7 +127,7 @@ def build_actor_from_checkpoint(state: dict, obs, num_actions: int, device) -> S
         num_actions,
         tuple(cfg["actor_hidden_dims"]),
         cfg["activation"],
-        1.0,  # the checkpoint's bound is a buffer of the state dict
+        (-torch.ones(num_actions), torch.ones(num_actions)),  # the checkpoint's bounds are buffers it holds
         bool(cfg["obs_normalization"]),
         (float(cfg["log_std_min"]), float(cfg["log_std_max"])),
     ).to(device)
