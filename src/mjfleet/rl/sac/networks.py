@@ -57,15 +57,18 @@ class SquashedGaussianActor(nn.Module):
     def sample(
         self, x: torch.Tensor, noise: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """(action, its log-probability, the distribution's std): a reparameterised draw, so gradients flow.
+        """(action, the log-probability of its squashed form tanh(u), the distribution's std): a reparameterised
+        draw, so gradients flow.
         `noise`: the standard-normal draw to use (tests replaying an update); None draws one."""
         mean, log_std = self.distribution(x)
         std = log_std.exp()
         u = mean + std * (torch.randn_like(mean) if noise is None else noise)
         squashed = torch.tanh(u)
-        # log N(u) - sum log(d a/d u), with log(1 - tanh(u)^2) written stably as 2 (log 2 - u - softplus(-2u))
+        # log N(u) - sum log(d tanh(u)/d u), with log(1 - tanh(u)^2) written stably as 2 (log 2 - u - softplus(-2u)).
+        # The density is that of tanh(u) in [-1, 1], before the affine map onto the bounds: the map adds a constant
+        # (no gradient), and leaving it out keeps the entropy target (-action_dim) meaningful whatever the bounds.
         gaussian = -0.5 * ((u - mean) / std).square() - log_std - 0.5 * math.log(2 * math.pi)
-        jacobian = 2.0 * (math.log(2.0) - u - nn.functional.softplus(-2.0 * u)) + self.action_half_range.log()
+        jacobian = 2.0 * (math.log(2.0) - u - nn.functional.softplus(-2.0 * u))
         log_prob = (gaussian - jacobian).sum(dim=-1)
         return self.action_center + self.action_half_range * squashed, log_prob, std
 
