@@ -136,3 +136,35 @@ def test_the_actor_acts_inside_its_bounds_with_the_squashed_gaussians_log_probab
     # the actor's density is tanh(u)'s, before the affine map onto the bounds: the map's log-Jacobian apart
     torch.testing.assert_close(log_prob - ((high - low) / 2).log().sum(), reference, atol=1e-3, rtol=1e-4)
     assert torch.equal(actor(x), (high + low) / 2 + (high - low) / 2 * torch.tanh(mean))
+
+
+def test_sac_stores_a_timed_out_step_with_its_final_observation_and_no_termination():
+    """The replay buffer's view of an episode's end, as FleetSAC collects it from the real environment: the next
+    observation of a finished environment is the one before its reset; a time-out is done, not terminated."""
+    from small_cartpole import cartpole_configs
+
+    from mjfleet.launch.worker import WorkerContext
+    from mjfleet.rl.sac.build import build_sac
+
+    spec, cfg, agent = cartpole_configs(num_envs=8, episode_length_s=0.1)
+    agent.algorithm_name = "sac"
+    torch.manual_seed(0)
+    env = spec.make_env(cfg, "cpu")
+    alg = build_sac(env.get_observations(), env, agent, WorkerContext.single("cpu"))
+    assert env.record_final_observations
+    obs = env.get_observations()
+    with torch.inference_mode():
+        for _ in range(int(round(0.1 / env.step_dt))):
+            alg.act(obs)
+            obs, rewards, dones, extras = env.step(alg._last_actions)
+            alg.process_env_step(obs, rewards, dones, extras)
+    buffer, last = alg.buffer, alg.buffer.position - 1
+    timed_out = extras["time_outs"]
+    assert timed_out.any() and torch.equal(buffer.done[last], dones.bool())
+    assert torch.equal(buffer.terminated[last], dones.bool() & ~timed_out)
+    final = extras["final_observations"]["actor"]
+    assert torch.equal(buffer.next_obs[last][timed_out], final[timed_out])
+    assert not torch.equal(buffer.next_obs[last][timed_out], obs["actor"][timed_out])
+    # within an episode, a step's next observation is the next step's observation
+    going_on = ~buffer.done[:last]
+    assert torch.equal(buffer.next_obs[:last][going_on], buffer.obs[1 : last + 1][going_on])
