@@ -121,7 +121,16 @@ def test_cartpole_balance_defaults_reach_95_percent_of_the_maximum_return():
 @pytest.mark.slow
 def test_cartpole_balance_with_sac_defaults_beats_zero_and_random_actions_by_a_clear_margin():
     spec = get_task("Cartpole-Balance")
-    records, runner = _train_records("Cartpole-Balance", spec.agent_config().max_iterations, algorithm="sac")
+    # One torch thread, as `train` gives a CPU worker: SAC's many small gradient steps on two threads of a busy
+    # 2-core machine spent most of their time waiting for each other (observed: many times the CLI's time per iteration).
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        records, runner = _train_records(
+            "Cartpole-Balance", spec.agent_config().max_iterations, algorithm="sac"
+        )
+    finally:
+        torch.set_num_threads(threads)
     results = _against_baselines("Cartpole-Balance", _runner_policy(runner))
     best_baseline = max(results["zero"]["mean_return"], results["random"]["mean_return"])
     assert results["trained"]["mean_return"] > best_baseline + 0.3 * runner.env.max_episode_length
