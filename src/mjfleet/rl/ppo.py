@@ -296,6 +296,10 @@ class FleetPPO(PPO):
                 parts.append(f"observation normaliser synced by {sync}")
         return "; ".join(parts)
 
+    def consistency_extras(self) -> Iterable[torch.Tensor]:
+        """Beyond actor and critic, what the consistency check compares across ranks: nothing for PPO."""
+        return ()
+
     def record_entries(self) -> dict[str, Any]:
         """Entries of the iteration's record beside the losses (none: the runner writes PPO's own)."""
         return {}

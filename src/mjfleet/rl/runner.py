@@ -305,6 +305,8 @@ class FleetRunner:
         return checkpoint.load(self, path, strict, map_location, restore_rng)
 
     def policy_parameters(self):
-        """Every actor and critic parameter, in a fixed order."""
+        """Every actor and critic parameter, in a fixed order (SAC: its target critics and temperature too), as
+        the consistency check compares them across ranks."""
         yield from self.alg.get_policy().parameters()
         yield from self.alg.critic.parameters()
+        yield from self.alg.consistency_extras()

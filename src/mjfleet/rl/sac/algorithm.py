@@ -114,6 +114,11 @@ class FleetSAC:
     def in_warmup(self) -> bool:
         return self.env_steps < self.cfg.random_steps
 
+    def consistency_extras(self):
+        """Beyond actor and critics, what must stay identical across ranks: the targets and the temperature."""
+        yield from self.target.parameters()
+        yield self.log_alpha
+
     def get_policy(self) -> SquashedGaussianActor:
         return self.actor
 
