@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import pathlib
 import signal
 
@@ -94,11 +95,25 @@ def test_an_unknown_algorithm_is_a_one_line_usage_error(tmp_path):
     assert_one_line_usage_error(result, "--algorithm")
 
 
-def test_bench_says_it_does_not_time_sac_yet(tmp_path):
-    result = run_cli(
-        "bench", "Cartpole-Balance", "--gpu-ids", "None", "--agent.algorithm-name", "sac", cwd=tmp_path
-    )
-    assert_one_line_usage_error(result, "bench times PPO only")
+def test_bench_times_sac_iterations_and_their_gradient_steps(tmp_path):
+    args = [
+        "--algorithm",
+        "sac",
+        "--gpu-ids",
+        "None",
+        "--num-envs",
+        "16",
+        "--iterations",
+        "1",
+        "--steps",
+        "5",
+    ]
+    args += ["--repeats", "1", "--agent.sac.batch-size", "64", "--json", str(tmp_path / "bench.json")]
+    result = run_cli("bench", "Cartpole-Balance", *args, cwd=tmp_path, check=True)
+    assert "1 SAC iterations (+1 warm-up)" in result.stdout
+    assert "gradient steps/s per worker" in result.stdout
+    (point,) = json.loads((tmp_path / "bench.json").read_text())["runs"][0]["points"]
+    assert point["training"]["gradient_steps_per_s"] > 0
 
 
 def test_sigint_saves_a_sac_checkpoint_and_prints_a_resume_command_that_keeps_the_algorithm(tmp_path):

@@ -86,6 +86,7 @@ class FleetSAC:
         self._last_actions: torch.Tensor | None = None
         self._action_std = torch.zeros(action_dim, device=device)
         self._mean_q = 0.0
+        self._gradient_steps = 0
 
     # ----------------------------------------------------------- runner API
     @property
@@ -148,6 +149,7 @@ class FleetSAC:
             "Policy/alpha": float(self.alpha),
             "Policy/mean_q": self._mean_q,
             "Replay/transitions": self.buffer.num_transitions,
+            "Perf/gradient_steps": self._gradient_steps,
         }
 
     def act(self, obs) -> torch.Tensor:
@@ -202,6 +204,7 @@ class FleetSAC:
         self._rows_since_update = 0
         self.update_normalization(new_rows)
         num_updates = 0 if self.in_warmup else round(new_rows * self.cfg.updates_per_step)
+        self._gradient_steps = num_updates
         sums = torch.zeros(5, device=self.device)  # critic, actor, alpha losses, entropy, mean Q
         for _ in range(num_updates):
             batch = self.buffer.sample(self.cfg.batch_size, self.cfg.n_step, self.cfg.gamma)
