@@ -63,21 +63,15 @@ def test_resuming_a_sac_run_says_the_buffer_starts_empty_and_continues_the_numbe
     assert (resumed / "model_3.pt").exists()
 
 
-def test_play_evaluates_and_exports_the_deterministic_sac_actor(sac_run, tmp_path):
+def test_play_evaluates_against_baselines_and_exports_the_deterministic_sac_actor(sac_run, tmp_path):
     cwd = copy_workdir(sac_run, tmp_path)
     (run_dir,) = _run_dirs(cwd)
-    args = [
-        "Cartpole-Balance",
-        "--gpu-ids",
-        "None",
-        "--load-run",
-        str(run_dir),
-        "--episodes",
-        "2",
-        "--export",
-    ]
-    result = run_cli("play", *args, cwd=cwd, check=True)
+    args = ["Cartpole-Balance", "--gpu-ids", "None", "--load-run", str(run_dir), "--episodes", "2"]
+    result = run_cli("play", *args, "--export", "--baselines", cwd=cwd, check=True)
     assert "deterministic" in result.stdout
+    assert all(
+        f"\n{policy} " in result.stdout for policy in ("trained", "zero", "random")
+    )  # --baselines' table
     assert "ONNX matches torch" in result.stdout
     assert (run_dir / "exported" / "policy.onnx").exists()
 
