@@ -168,3 +168,9 @@ def test_sac_stores_a_timed_out_step_with_its_final_observation_and_no_terminati
     # within an episode, a step's next observation is the next step's observation
     going_on = ~buffer.done[:last]
     assert torch.equal(buffer.next_obs[:last][going_on], buffer.obs[1 : last + 1][going_on])
+
+
+def test_the_ring_says_how_much_memory_it_holds():
+    buffer = ReplayBuffer(capacity=8, num_envs=2, obs_dim=3, critic_obs_dim=5, action_dim=2, device="cpu")
+    floats = 4 * 2 * (3 + 3 + 5 + 5 + 2 + 1)  # rows x envs x (obs, next, critic, next critic, action, reward)
+    assert buffer.nbytes == 4 * floats + 4 * 2 * 2  # float32, and two bool flags per transition

@@ -140,7 +140,11 @@ class FleetSAC:
             parts.append("one worker, nothing averaged")
         else:
             parts.append(f"gradients averaged after every gradient step by {self.reducer.name}")
-        parts.append(f"replay buffer {self.buffer.length * self.buffer.num_envs:,} transitions per worker")
+        buffer = self.buffer
+        parts.append(
+            f"replay buffer {buffer.length * buffer.num_envs:,} transitions per worker "
+            f"({buffer.nbytes / 2**30:.2g} GiB on {buffer.obs.device.type})"
+        )
         return "; ".join(parts)
 
     def record_entries(self) -> dict[str, Any]:

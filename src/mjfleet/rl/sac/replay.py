@@ -76,6 +76,12 @@ class ReplayBuffer:
     def num_transitions(self) -> int:
         return self.size * self.num_envs
 
+    @property
+    def nbytes(self) -> int:
+        """Memory the ring holds on its device (allocated up front, whatever is written)."""
+        tensors = (self.obs, self.next_obs, self.critic_obs, self.next_critic_obs, self.actions, self.rewards)
+        return sum(t.numel() * t.element_size() for t in (*tensors, self.terminated, self.done))
+
     def add(
         self,
         obs: torch.Tensor,
