@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import pathlib
 import signal
 from types import SimpleNamespace
@@ -29,9 +30,16 @@ def build_runner(
     fast: bool = True,
     single_update: bool = False,
     sync: int = 1,
+    algorithm: str = "ppo",
 ):
     spec, cfg, agent = cartpole_configs(num_envs, STEPS)
     agent.consistency_check_interval = 1
+    agent.algorithm_name = algorithm
+    if algorithm == "sac":  # small and quick: one warm-up iteration of random actions, then gradient steps
+        agent.sac.gradient_reducer = reducer
+        agent.sac.batch_size = 64
+        agent.sac.random_steps = STEPS
+        agent.sac.actor_hidden_dims = agent.sac.critic_hidden_dims = (32, 32)
     agent.algorithm.gradient_reducer = reducer
     agent.algorithm.fast_update = fast
     if single_update:  # one full-batch gradient step: comparable with one process holding all the data
@@ -158,11 +166,11 @@ def shared_memory_rounds(plan, rounds: int) -> dict:
     return gather_json({"wrong": wrong, "timed_out": timed_out}, ctx.world_size)
 
 
-def diverge_after_one_iteration(plan) -> dict:
+def diverge_after_one_iteration(plan, algorithm: str = "ppo") -> dict:
     """Train with a consistency check after every iteration (build_runner's interval: 1); after the first
     iteration rank 1's policy is changed behind the averaging's back."""
     ctx = start_worker(plan)
-    runner = build_runner(NUM_ENVS, seed_for(0, ctx), ctx)
+    runner = build_runner(NUM_ENVS, seed_for(0, ctx), ctx, algorithm=algorithm)
 
     def corrupt(record: dict) -> None:
         if ctx.rank == 1 and record["iteration"] == 0:
@@ -226,3 +234,62 @@ def normaliser_statistics(plan, reducer: str) -> dict:
         "equal_to_rsl_rl": torch.equal(stats["ours"], stats["theirs"]),
         "max_difference_to_one_process": float((stats["ours"] - stats["single"]).abs().max()),
     }
+
+
+# ------------------------------------------------------------------------------------------------------------ SAC
+def sac_parameters(runner: FleetRunner) -> torch.Tensor:
+    """Every SAC tensor that must agree across ranks: actor, critics, targets, temperature, normalisers."""
+    alg = runner.alg
+    states = [alg.actor.state_dict(), alg.critic.state_dict(), alg.target.state_dict()]
+    return torch.cat([t.reshape(-1).float() for s in states for t in s.values()] + [alg.log_alpha.detach()])
+
+
+def sac_snapshot(alg) -> dict:
+    """Copies of the networks' and targets' state and the log-temperature."""
+    nets = {"actor": alg.actor, "critic": alg.critic, "target": alg.target}
+    snap = {name: {k: v.clone() for k, v in net.state_dict().items()} for name, net in nets.items()}
+    snap["log_alpha"] = alg.log_alpha.detach().clone()
+    return snap
+
+
+def sac_train_and_compare(plan, reducer: str) -> dict:
+    """Train SAC 3 iterations (the first a warm-up) with the consistency check after each; report whether every
+    SAC tensor matches across ranks while the environments' data differ."""
+    ctx = start_worker(plan)
+    runner = build_runner(NUM_ENVS, seed_for(0, ctx), ctx, reducer=reducer, algorithm="sac")
+    first_obs = runner.env.get_observations()["critic"].clone()
+    before = sac_parameters(runner).clone()
+    runner.learn(3)
+    params = sac_parameters(runner)
+    all_params, all_obs = _gather(params), _gather(first_obs)
+    return {
+        "reducer": runner.reducer_name,
+        "startup": runner.describe(),
+        "moved": not torch.equal(before, params),
+        "params_identical": all(torch.equal(p, all_params[0]) for p in all_params),
+        "env_data_identical": all(torch.equal(o, all_obs[0]) for o in all_obs),
+    }
+
+
+def sac_averaged_update(plan, out_dir: str, reducer: str) -> dict:
+    """Each rank: collect, sample a batch and the policy's noise, save them with the initial state, do ONE
+    averaged SAC gradient step, save the result (the test replays both ranks' data in one process)."""
+    ctx = start_worker(plan)
+    runner = build_runner(NUM_ENVS, seed_for(0, ctx), ctx, reducer=reducer, algorithm="sac")
+    alg = runner.alg
+    alg.broadcast_parameters()
+    rollout(runner)
+    alg.update_normalization(STEPS)  # synchronised: identical statistics on both ranks
+    batch = alg.buffer.sample(alg.cfg.batch_size, alg.cfg.n_step, alg.cfg.gamma)
+    noise = (
+        torch.randn(alg.cfg.batch_size, alg.actor.action_dim),
+        torch.randn(alg.cfg.batch_size, alg.actor.action_dim),
+    )
+    saved = {"batch": dataclasses.asdict(batch), "noise": noise, "reducer": runner.reducer_name}
+    saved["initial"] = sac_snapshot(alg)
+    alg.compute_gradients(batch, noise)
+    alg.apply_gradients()
+    saved["final"] = sac_snapshot(alg)
+    torch.save(saved, pathlib.Path(out_dir) / f"rank{ctx.rank}.pt")
+    dist.barrier()
+    return {"rank": ctx.rank}

@@ -33,13 +33,14 @@ AVERAGED_CASES = [
     ("all-reduce", "reference", 2),
 ]
 NORMALISER_REDUCERS = ["shared-memory", "all-reduce"]
+SAC_REDUCERS = ["shared-memory", "all-gather"]
 
 
 @pytest.fixture(scope="module")
 def shared_launch(tmp_path_factory):
     """One 2-worker launch running, in turn, what the tests below check: 3 iterations averaged by the default
     reducer and by none, the normaliser through two reducers, one averaged update per reducer and path (rank
-    files under `out/<case>`), shared-memory rounds, and last (it sets RANK and WORLD_SIZE to nonsense) a runner
+    files under `out/<case>`), SAC's training and averaged step, shared-memory rounds, and last (it sets RANK and WORLD_SIZE to nonsense) a runner
     built from its context. Starting the workers once instead of for each check keeps the suite short."""
     import distributed_workers as w
 
@@ -52,6 +53,10 @@ def shared_launch(tmp_path_factory):
         calls.append(
             ("averaged_update", (str(out / "-".join(map(str, case))), reducer, update == "fast", sync))
         )
+    calls.append(("sac_train_and_compare", ("auto",)))
+    for reducer in SAC_REDUCERS:
+        (out / f"sac-{reducer}").mkdir()
+        calls.append(("sac_averaged_update", (str(out / f"sac-{reducer}"), reducer)))
     calls += [("shared_memory_rounds", (200,)), ("train_with_bogus_rank_variables", ())]
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("PYTHONPATH", f"{TESTS}:{':'.join(sys.path)}")
@@ -63,6 +68,7 @@ def shared_launch(tmp_path_factory):
         "none": results[1],
         "normaliser": normaliser,
         "out": out,
+        "sac": results[-3 - len(SAC_REDUCERS)],
         "shared_memory_rounds": results[-2],
         "context_not_variables": results[-1],
     }
@@ -136,17 +142,60 @@ def test_averaged_update_equals_one_process_update_on_both_ranks_data(shared_lau
     assert not torch.equal(ranks[0]["final_actor"]["mlp.0.weight"], ranks[0]["initial_actor"]["mlp.0.weight"])
 
 
-def test_ranks_that_stop_agreeing_end_the_run_at_the_next_check_naming_them(plan):
+# SAC's own launch costs as much as PPO's (~1 min on 2 cores): slow, while its agreement is checked every iteration
+# in the shared launch (`sac_train_and_compare`).
+@pytest.mark.parametrize("algorithm", ["ppo", pytest.param("sac", marks=pytest.mark.slow)])
+def test_ranks_that_stop_agreeing_end_the_run_at_the_next_check_naming_them(plan, algorithm):
     import distributed_workers as w
 
     from mjfleet.launch.launcher import WorkerFailed
 
     with pytest.raises(WorkerFailed) as failed:
-        run_workers(plan, w.diverge_after_one_iteration, plan, log_dir="")
+        run_workers(plan, w.diverge_after_one_iteration, plan, algorithm, log_dir="")
     message = str(failed.value)
     assert "\n" not in message
     assert "differ between rank 0 and rank(s) [1] after iteration 2" in message  # the first check after it
     assert _wait_for_no_children(timeout=30) == []  # no worker or agent left behind
+
+
+def test_sac_ranks_end_with_identical_networks_targets_and_temperature_while_their_data_differ(shared_launch):
+    result = shared_launch["sac"]
+    assert result["reducer"] == "shared-memory"
+    assert "gradients averaged after every gradient step by shared-memory" in result["startup"]
+    assert result["moved"] and result["params_identical"]
+    assert not result["env_data_identical"]
+
+
+@pytest.mark.parametrize("reducer", SAC_REDUCERS)
+def test_an_averaged_sac_step_equals_one_process_step_on_both_ranks_batches(shared_launch, reducer):
+    """Critic, actor, temperature and targets after one gradient step averaged over 2 ranks equal one process's
+    step on both ranks' batches (and the policy's noise draws) together, up to float32 summation order."""
+    import distributed_workers as w
+
+    from mjfleet.rl.sac.replay import Batch
+
+    out = shared_launch["out"] / f"sac-{reducer}"
+    ranks = [torch.load(out / f"rank{r}.pt", weights_only=True) for r in (0, 1)]
+    assert [r["reducer"] for r in ranks] == [reducer, reducer]
+    alg = w.build_runner(2 * w.NUM_ENVS, seed=0, algorithm="sac").alg
+    initial = ranks[0]["initial"]
+    alg.actor.load_state_dict(initial["actor"])
+    alg.critic.load_state_dict(initial["critic"])
+    alg.target.load_state_dict(initial["target"])
+    with torch.no_grad():
+        alg.log_alpha.copy_(initial["log_alpha"])
+    batch = Batch(**{k: torch.cat([r["batch"][k] for r in ranks]) for k in ranks[0]["batch"]})
+    noise = tuple(torch.cat([r["noise"][i] for r in ranks]) for i in range(2))
+    alg.compute_gradients(batch, noise)
+    alg.apply_gradients()
+    expected = ranks[0]["final"]
+    # Adam's first step moves each parameter by about the learning rate (3e-4): 2e-5 is 7% of one step.
+    for name, net in (("actor", alg.actor), ("critic", alg.critic), ("target", alg.target)):
+        for key, value in net.state_dict().items():
+            torch.testing.assert_close(value, expected[name][key], atol=2e-5, rtol=1e-4)
+    torch.testing.assert_close(alg.log_alpha.detach(), expected["log_alpha"], atol=2e-5, rtol=1e-4)
+    assert torch.equal(expected["actor"]["mlp.0.weight"], ranks[1]["final"]["actor"]["mlp.0.weight"])
+    assert not torch.equal(expected["actor"]["mlp.0.weight"], initial["actor"]["mlp.0.weight"])
 
 
 def _wait_for_no_children(timeout: float) -> list[int]:

@@ -8,7 +8,8 @@ physics   ``Simulation.step()`` (one call = ``decimation`` captured physics step
           environment visits (op-by-op steps, synchronised around each call on GPU);
 env       ``env.step(random actions)``;
 rollout   ``alg.act`` + ``env.step`` + ``alg.process_env_step``: data collection without the update;
-training  full PPO iterations through ``FleetRunner.learn`` (collection + update), after one warm-up iteration.
+training  full iterations through ``FleetRunner.learn`` (collection + update; PPO's or SAC's, as the agent
+          config says), after one warm-up iteration. For SAC each iteration also counts its gradient steps.
 
 Blocks start together on all workers (a collective acts as barrier) and the device is synchronised
 around each, so a block's time on the slowest worker is the time the whole fleet took. Workers return raw
@@ -237,11 +238,11 @@ def _timed_rollout(
     job: BenchJob, env, runner, device: torch.device, world_size: int
 ) -> tuple[list[float], list[float]]:
     alg = runner.alg
-    storage = alg.storage
+    storage = getattr(alg, "storage", None)  # PPO's rollout storage; SAC's replay buffer is a ring
     obs = {"obs": env.get_observations().to(device)}
 
     def rollout_step() -> None:
-        if storage.step >= storage.num_transitions_per_env:
+        if storage is not None and storage.step >= storage.num_transitions_per_env:
             storage.clear()
         actions = alg.act(obs["obs"])
         next_obs, rewards, dones, extras = env.step(actions.to(env.device))
@@ -251,7 +252,8 @@ def _timed_rollout(
     alg.train_mode()
     with torch.inference_mode():
         times = _timed_blocks(rollout_step, job, device, world_size)
-    storage.clear()
+    if storage is not None:
+        storage.clear()
     return times
 
 
@@ -282,10 +284,13 @@ def _timed_training(job: BenchJob, runner, device: torch.device) -> list[dict[st
                 "update_threads": int(rec.get("Perf/update_threads", torch.get_num_threads())),
             }
         )
+        if "Perf/gradient_steps" in rec:  # SAC: the gradient steps this iteration's update ran
+            iterations[-1]["gradient_steps"] = int(rec["Perf/gradient_steps"])
         stopwatch.reset()
         marks["wall"], marks["cpu"] = wall, cpu
 
-    runner.alg.storage.clear()
+    if hasattr(runner.alg, "storage"):
+        runner.alg.storage.clear()
     runner.hooks.on_iteration = record
     try:
         with contextlib.redirect_stdout(io.StringIO()):  # the runner's per-iteration lines

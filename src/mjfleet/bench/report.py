@@ -137,6 +137,12 @@ def _summarize_training(
         # rank 0's update of each timed iteration: (torch threads, seconds); on CPU the thread count is measured
         "updates": [[it.get("update_threads"), it["update_s"]] for it in iterations[0]],
     }
+    rank0 = iterations[0]
+    if all("gradient_steps" in it for it in rank0):  # SAC: gradient steps per second of update time
+        update_s = sum(it["update_s"] for it in rank0)
+        out["gradient_steps_per_s"] = (
+            sum(it["gradient_steps"] for it in rank0) / update_s if update_s else None
+        )
     if physics:
         out["vs_physics"] = out["env_steps_per_s"] / physics
     if workers > 1:
@@ -205,7 +211,8 @@ def format_report(result: dict[str, Any]) -> str:
             f"{k} {v[k]}" for k in ("mjfleet", "torch", "warp-lang", "mujoco-warp", "rsl-rl-lib", "python")
         ),
         f"settings: {result['settings']['steps']} steps x {result['settings']['repeats']} blocks per phase, "
-        f"{result['settings']['iterations']} PPO iterations (+1 warm-up); best block shown; "
+        f"{result['settings']['iterations']} {result['settings'].get('algorithm', 'ppo').upper()} iterations "
+        "(+1 warm-up); best block shown; "
         f"rates in env-steps/s of all workers; % = share of the physics bound",
     ]
     for run in result["runs"]:
@@ -214,6 +221,7 @@ def format_report(result: dict[str, Any]) -> str:
         lines.extend(_run_table(run))
         if run["device"] == "cpu":
             lines.extend(_cpu_time_lines(run))
+        lines.extend(_gradient_step_lines(run))
         lines.append(_startup_line(run))
     for entry in result.get("scaling", []):
         if entry is result["scaling"][0]:
@@ -311,6 +319,20 @@ def _cpu_time_lines(run: dict[str, Any]) -> list[str]:
         ]
         if parts:
             lines.append(f"{p['num_envs']:>11,}  per CPU-second: " + ", ".join(parts))
+    return lines
+
+
+def _gradient_step_lines(run: dict[str, Any]) -> list[str]:
+    """SAC: gradient steps per second of update time, and the update's share of an iteration."""
+    lines = []
+    for p in run["points"]:
+        training = p.get("training") or {}
+        rate = training.get("gradient_steps_per_s")
+        if rate is not None:
+            lines.append(
+                f"{p['num_envs']:>11,}  SAC: {rate:,.1f} gradient steps/s per worker; the update is "
+                f"{training['update_share']:.0%} of an iteration"
+            )
     return lines
 
 

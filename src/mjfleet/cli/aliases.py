@@ -20,6 +20,7 @@ from typing import Any
 from mjfleet.errors import UsageError
 
 ALIASES: dict[str, str] = {
+    "algorithm": "agent.algorithm_name",
     "num_envs": "env.num_envs",
     "seed": "agent.seed",
     "max_iterations": "agent.max_iterations",

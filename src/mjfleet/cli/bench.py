@@ -9,7 +9,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from mjfleet.bench import autotune, machine
 from mjfleet.bench.report import format_report, scaling, summarize_run, summarize_startup
@@ -22,11 +22,13 @@ PROG = "bench"
 USAGE = """usage: bench <Task> [flags]
 
 Measure a task's throughput: the physics bound (captured MuJoCo-Warp steps alone, on the states the env visits),
-env steps with random actions, rollouts with policy inference, and full PPO iterations, side by side in env-steps/s.
+env steps with random actions, rollouts with policy inference, and full PPO (or SAC) iterations, side by side in
+env-steps/s.
   bench Cartpole-Balance                                  the task's default env count, GPU 0 else CPU
   bench Cartpole-Balance --gpu-ids None --num-envs 64 256 1024    a sweep on CPU
   bench Cartpole-Balance --num-envs auto                  where throughput stops growing (cached)
   bench Cartpole-Balance --gpu-ids None --cpu-workers 2   2 workers, with scaling vs 1 worker
+  bench Cartpole-Balance --algorithm sac                  SAC's iterations: env-steps/s and gradient steps/s
   bench <Task> --json out.json                            every figure as JSON too
   bench <Task> --help                                     every flag of that task"""
 
@@ -36,6 +38,8 @@ class BenchFlags:
     """Measure physics, env, rollout and training throughput of a task (env-steps/s), in one run.
     Every env and agent setting of the task is a flag too (--env.*, --agent.*)."""
 
+    algorithm: Literal["ppo", "sac"] | None = None
+    """The algorithm whose iterations the training phase times (alias of --agent.algorithm-name; default ppo)."""
     num_envs: tuple[str, ...] = ()
     """Environments per worker (alias of --env.num-envs, and wins over it): one value, several (a sweep: `64 256 1024`), or `auto` (where throughput stops growing; measured once per task, device, threads per worker, versions and task settings, then cached). Default: the task's default for the device."""
     gpu_ids: tuple[str, ...] = ("auto",)
@@ -130,6 +134,10 @@ def resolve(task_name: str, flags: Any) -> tuple[WorkerPlan, list[int], bool]:
 
 
 def check_sizes(sizes: list[int], flags: Any) -> None:
+    if flags.agent.algorithm_name == "sac":
+        for n in sizes:
+            flags.agent.sac.check(n)
+        return
     for n in sizes:
         batch = n * flags.agent.num_steps_per_env
         if batch < flags.agent.algorithm.num_mini_batches:
@@ -198,6 +206,7 @@ def run(argv: list[str]) -> dict[str, Any]:
             "steps": flags.steps,
             "repeats": flags.repeats,
             "iterations": flags.iterations,
+            "algorithm": flags.agent.algorithm_name,
             "num_steps_per_env": flags.agent.num_steps_per_env,
             "decimation": flags.env.decimation,
             "sizes": sizes,

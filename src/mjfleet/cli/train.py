@@ -29,8 +29,9 @@ from mjfleet.train.worker import train_worker
 PROG = "train"
 USAGE = """usage: train <Task> [flags]
 
-Train a policy with PPO on a MuJoCo-Warp task.
+Train a policy with PPO (or SAC) on a MuJoCo-Warp task.
   train Cartpole-Balance                           GPU 0 if there is one, else CPU
+  train Cartpole-Balance --algorithm sac           off-policy SAC instead of PPO (docs/sac.md)
   train Cartpole-Balance --gpu-ids 0 1             one worker per GPU (or: all)
   train Cartpole-Balance --gpu-ids None --cpu-workers 2   CPU data-parallel (gloo)
   train Cartpole-Balance --resume                  continue the latest run from its latest checkpoint
@@ -39,7 +40,11 @@ Train a policy with PPO on a MuJoCo-Warp task.
 
 @dataclass
 class TrainFlags:
-    """Train a policy with PPO. Every env and agent setting of the task is a flag (--env.*, --agent.*)."""
+    """Train a policy with PPO or SAC. Every env and agent setting of the task is a flag (--env.*, --agent.*)."""
+
+    algorithm: Literal["ppo", "sac"] | None = None
+    """The learning algorithm (alias of --agent.algorithm-name): ppo (on-policy, the default) or sac (off-policy
+    with a replay buffer per worker; its settings are --agent.sac.*). See docs/sac.md."""
 
     gpu_ids: tuple[str, ...] = ("auto",)
     """GPUs to train on, one worker each: `0 1`, `"[0, 1]"`, `all`, or `None`/`cpu` for CPU. auto: GPU 0 if
@@ -66,7 +71,8 @@ class TrainFlags:
     """Base seed (alias of --agent.seed). Worker k uses seed + k, k the GLOBAL rank (deliberately: on several hosts
     seed + local_rank would repeat the same seeds on every host)."""
     max_iterations: int | None = None
-    """PPO iterations (alias of --agent.max-iterations)."""
+    """Training iterations (alias of --agent.max-iterations): each collects num-steps-per-env steps of every
+    environment, then updates (PPO: its epochs; SAC: its gradient steps)."""
     max_env_steps: int | None = None
     """Train for this many environment steps in total, over all workers: converted to iterations (rounded up;
     printed) and used instead of --max-iterations."""

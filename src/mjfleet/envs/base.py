@@ -39,6 +39,10 @@ class MujocoVecEnv(VecEnv):
     #: that observe qpos/qvel only (the usual case) do not need it. Contact forces and sensors read in rewards and
     #: terminations come from the last physics substep either way.
     needs_forward: bool = False
+    #: Also report each step's observations from before the resets (`extras["final_observations"]`): what an
+    #: environment that timed out reached, which an off-policy learner bootstraps from (SAC sets it; the returned
+    #: observations are the new episodes' first ones). Off by default: it computes the observations twice.
+    record_final_observations: bool = False
     #: Model fields given a per-environment copy (for domain randomisation), e.g. ("geom_friction",).
     per_env_model_fields: tuple[str, ...] = ()
     #: mujoco_warp OverflowType bits whose console warnings are not printed (they stay set in `data.overflow`).
@@ -146,6 +150,12 @@ class MujocoVecEnv(VecEnv):
     def randomize_reset_state(self, mask: torch.Tensor) -> None:
         """Write the initial state of the environments in `mask` (the simulation has just reset them)."""
 
+    def action_bounds(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """(low, high) per action: the range a bounded policy (SAC's squashed actions) should act in. Default: the
+        clip range every action is clipped to anyway."""
+        clip = float(self.cfg.clip_actions)
+        return torch.full((self.num_actions,), -clip), torch.full((self.num_actions,), clip)
+
     def apply_actions(self, actions: torch.Tensor) -> None:
         """Write clipped policy actions into the actuators' controls (in place, no allocation)."""
         torch.mul(actions, self.cfg.action_scale, out=self.sim.ctrl)
@@ -238,7 +248,9 @@ class MujocoVecEnv(VecEnv):
         # over every world, the randomisation's draws); on a GPU the read would stall the queued work.
         # This step's action becomes the previous action the next observation shows (0 where a new episode starts).
         self.last_actions.copy_(self.actions)
-        if not self._skip_idle_resets or bool(dones.any()):
+        any_done = not self._skip_idle_resets or bool(dones.any())
+        final = self._final_observations() if self.record_final_observations and any_done else None
+        if any_done:
             self._reset_envs(dones)
         self.before_observations()
         if self.needs_forward:
@@ -254,6 +266,9 @@ class MujocoVecEnv(VecEnv):
             "log_packed": packed,
             "episodes_finished": finished,
         }
+        if self.record_final_observations:
+            # where no environment finished, the returned observations are the final ones
+            self.extras["final_observations"] = final if final is not None else self._obs
         return self._obs, self.rewards, dones, self.extras
 
     def reset(self) -> tuple[TensorDict, dict]:
@@ -315,6 +330,12 @@ class MujocoVecEnv(VecEnv):
         self.last_actions.masked_fill_(mask.unsqueeze(1), 0.0)
         self._episode_sums.masked_fill_(mask, 0.0)
         self.on_reset(mask)
+
+    def _final_observations(self) -> TensorDict:
+        """The observations of the state this step reached, before finished environments are reset."""
+        if self.needs_forward:
+            self.sim.forward()
+        return self._observation_dict()
 
     def _observation_dict(self) -> TensorDict:
         return TensorDict(self.compute_observations(), batch_size=[self.num_envs], device=self.device)

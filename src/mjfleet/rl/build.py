@@ -1,4 +1,5 @@
-"""Builds the PPO a runner trains: rsl_rl's models and storage, the reducer, FleetPPO and its update engine.
+"""Builds the algorithm a runner trains: for PPO, rsl_rl's models and storage, the reducer, FleetPPO and its
+update engine; SAC is built by `mjfleet.rl.sac.build`.
 
 Directly from the typed settings (`mjfleet.rl.config`), with no class looked up by name: the actor and critic are
 rsl_rl's `MLPModel`s (the actor with mjfleet's `GaussianDistribution`), the storage rsl_rl's `RolloutStorage`.
@@ -20,6 +21,15 @@ log = logging.getLogger(__name__)
 
 OBS_GROUPS = {"actor": ["actor"], "critic": ["critic"]}
 """Which observation groups each network reads: the environments' "actor" and "critic" groups."""
+
+
+def build_algorithm(obs: TensorDict, env, agent: AgentConfig, ctx: WorkerContext):
+    """The algorithm `agent.algorithm_name` names: FleetPPO (`build_ppo`) or FleetSAC (`mjfleet.rl.sac`)."""
+    if agent.algorithm_name == "sac":
+        from mjfleet.rl.sac.build import build_sac
+
+        return build_sac(obs, env, agent, ctx)
+    return build_ppo(obs, env, agent, ctx)
 
 
 def build_ppo(

@@ -31,7 +31,8 @@ def save(
     state["env_steps"] = runner.env_steps
     state["infos"] = {**runner.checkpoint_info, "world_size": runner.ctx.world_size, **(infos or {})}
     state["agent_cfg"] = to_plain(dataclasses.asdict(runner.agent_cfg))
-    state["rsl_rl_cfg"] = to_plain(runner.agent_cfg.to_rsl_rl())
+    if "algorithm" not in state:  # PPO: what rsl_rl (and play) rebuild the policy from; SAC names itself
+        state["rsl_rl_cfg"] = to_plain(runner.agent_cfg.to_rsl_rl())
     state["rng_states"] = rng_states if rng_states is not None else [rng_state(runner.device)]
     tmp = path.with_name(f".{path.name}.tmp")
     torch.save(state, tmp)

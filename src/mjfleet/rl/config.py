@@ -8,6 +8,9 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from mjfleet.errors import UsageError
+from mjfleet.rl.sac.config import SACConfig
+
+ALGORITHMS = ("ppo", "sac")
 
 
 @dataclass
@@ -74,7 +77,11 @@ class PPOConfig:
 
 @dataclass
 class AgentConfig:
-    """Everything about learning: PPO, networks, rollout length, iterations, checkpoints, logging."""
+    """Everything about learning: PPO or SAC, networks, rollout length, iterations, checkpoints, logging."""
+
+    algorithm_name: Literal["ppo", "sac"] = "ppo"
+    """The learning algorithm: ppo (on-policy: `actor`, `critic`, `algorithm`) or sac (off-policy, a replay
+    buffer per worker: `sac`). `train --algorithm sac` sets it."""
 
     experiment_name: str = "default"
     """Runs are written to logs/<experiment_name>/<timestamp>[_<run_name>]/."""
@@ -97,6 +104,9 @@ class AgentConfig:
     actor: ActorConfig = field(default_factory=ActorConfig)
     critic: PolicyConfig = field(default_factory=PolicyConfig)
     algorithm: PPOConfig = field(default_factory=PPOConfig)
+    """PPO's settings (with --algorithm ppo)."""
+    sac: SACConfig = field(default_factory=SACConfig)
+    """SAC's settings (with --algorithm sac); a task sets its own defaults here, as it does PPO's."""
 
     def check(self, num_envs: int) -> None:
         """UsageError (one line) for settings no run can use, `num_envs` environments per worker."""
@@ -108,6 +118,9 @@ class AgentConfig:
             raise UsageError(f"--agent.num-steps-per-env must be >= 1, got {self.num_steps_per_env}")
         check_directory_name("--agent.experiment-name", self.experiment_name)
         check_directory_name("--run-name", self.run_name, empty_ok=True)  # the alias users type
+        if self.algorithm_name == "sac":
+            self.sac.check(num_envs)
+            return
         ppo = self.algorithm
         batch = num_envs * self.num_steps_per_env
         if ppo.num_mini_batches < 1 or batch < ppo.num_mini_batches:

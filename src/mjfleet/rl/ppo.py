@@ -279,6 +279,31 @@ class FleetPPO(PPO):
         return _cuda_matmul_precision("tf32")
 
     # ------------------------------------------------------------ bookkeeping
+    def describe(self) -> str:
+        """What runs, for the start-up line: update engine, gradient reducer, normaliser synchronisation."""
+        update = self.engine.name if self.engine is not None else "reference (autograd)"
+        parts = [f"update: {update}"]
+        if self.reducer is None:
+            parts.append("one worker, nothing averaged")
+        else:
+            every = "minibatch" if self.grad_sync_period == 1 else f"{self.grad_sync_period} minibatches"
+            if self.reducer.name == "none":
+                parts.append("gradients not averaged (reducer none)")
+            else:
+                parts.append(f"gradients averaged after every {every} by {self.reducer.name}")
+            if self.actor.obs_normalization or self.critic.obs_normalization:
+                sync = "all-reduce" if self.reducer.name == "none" else self.reducer.name
+                parts.append(f"observation normaliser synced by {sync}")
+        return "; ".join(parts)
+
+    def consistency_extras(self) -> Iterable[torch.Tensor]:
+        """Beyond actor and critic, what the consistency check compares across ranks: nothing for PPO."""
+        return ()
+
+    def record_entries(self) -> dict[str, Any]:
+        """Entries of the iteration's record beside the losses (none: the runner writes PPO's own)."""
+        return {}
+
     def policy_changed(self) -> None:
         """The parameters changed (an update, a load, a broadcast): the fast engine re-reads what it caches."""
         if self.engine is not None:

@@ -8,14 +8,14 @@ import pathlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 
 from mjfleet.launch.worker import WorkerContext
 from mjfleet.rl import checkpoint
 from mjfleet.rl.agreement import agreed_stop, check_consistency
-from mjfleet.rl.build import build_ppo
+from mjfleet.rl.build import build_algorithm
 from mjfleet.rl.config import AgentConfig
 from mjfleet.rl.episode_stats import EpisodeStats
 from mjfleet.rl.ppo import FleetPPO
@@ -24,6 +24,9 @@ from mjfleet.rl.update_threads import UpdateThreads
 from mjfleet.runs.console import format_iteration
 from mjfleet.runs.metrics import MetricsWriter
 from mjfleet.runs.run_dir import RunDir, to_plain
+
+if TYPE_CHECKING:
+    from mjfleet.rl.sac import FleetSAC
 
 
 class VideoHook(Protocol):
@@ -58,10 +61,11 @@ class RunnerHooks:
 
 
 class FleetRunner:
-    """Trains an rsl_rl-style PPO (`FleetPPO`) on one vectorised environment, as one worker of `context`.
+    """Trains an rsl_rl-style PPO (`FleetPPO`), or SAC (`mjfleet.rl.sac.FleetSAC`, `agent_cfg.algorithm_name`),
+    on one vectorised environment, as one worker of `context`.
 
-    It builds rsl_rl's models and storage and FleetPPO (`mjfleet.rl.build`) and runs the loop rsl_rl's
-    `OnPolicyRunner` runs, with what a fleet needs:
+    It builds the algorithm (`mjfleet.rl.build`) and runs the loop rsl_rl's `OnPolicyRunner` runs (collect, then
+    update; SAC collects into its replay buffer and its update is its gradient steps), with what a fleet needs:
 
     - The worker's place in the run comes as an explicit `WorkerContext` (rank, world size, device, process
       group; default: one worker on `device`): nothing here reads the environment or creates a process group.
@@ -101,7 +105,7 @@ class FleetRunner:
         self.stop = stop
         self.log_format = log_format
         obs = env.get_observations()
-        self.alg: FleetPPO = build_ppo(obs, env, agent_cfg, self.ctx)
+        self.alg: FleetPPO | FleetSAC = build_algorithm(obs, env, agent_cfg, self.ctx)
         self.current_learning_iteration = 0
         self.env_steps = 0
         self.metrics: MetricsWriter | None = None
@@ -137,22 +141,8 @@ class FleetRunner:
         return self.alg.reducer.name if self.alg.reducer is not None else None
 
     def describe(self) -> str:
-        """What runs, for the start-up line: update engine, gradient reducer, normaliser synchronisation."""
-        alg = self.alg
-        update = alg.engine.name if alg.engine is not None else "reference (autograd)"
-        parts = [f"update: {update}"]
-        if alg.reducer is None:
-            parts.append("one worker, nothing averaged")
-        else:
-            every = "minibatch" if alg.grad_sync_period == 1 else f"{alg.grad_sync_period} minibatches"
-            if alg.reducer.name == "none":
-                parts.append("gradients not averaged (reducer none)")
-            else:
-                parts.append(f"gradients averaged after every {every} by {alg.reducer.name}")
-            if alg.actor.obs_normalization or alg.critic.obs_normalization:
-                sync = "all-reduce" if alg.reducer.name == "none" else alg.reducer.name
-                parts.append(f"observation normaliser synced by {sync}")
-        return "; ".join(parts)
+        """What runs, for the start-up line: the algorithm's update and how it averages across workers."""
+        return self.alg.describe()
 
     # --------------------------------------------------------------- training
     def learn(self, num_learning_iterations: int, init_at_random_ep_len: bool = False) -> dict[str, Any]:
@@ -261,6 +251,7 @@ class FleetRunner:
             "Policy/action_std": float(self.alg.action_std.mean()),
         }
         record.update({f"Loss/{k}": v for k, v in losses.items()})
+        record.update(self.alg.record_entries())
         if self.update_threads.adaptive:
             record["Perf/update_threads"] = self.update_threads.history[-1][0]
         record.update(episode)
@@ -314,6 +305,8 @@ class FleetRunner:
         return checkpoint.load(self, path, strict, map_location, restore_rng)
 
     def policy_parameters(self):
-        """Every actor and critic parameter, in a fixed order."""
+        """Every actor and critic parameter, in a fixed order (SAC: its target critics and temperature too), as
+        the consistency check compares them across ranks."""
         yield from self.alg.get_policy().parameters()
         yield from self.alg.critic.parameters()
+        yield from self.alg.consistency_extras()

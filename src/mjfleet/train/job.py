@@ -109,8 +109,11 @@ def resolve(task_name: str, flags: Any, plan: WorkerPlan) -> TrainJob:
         trained_on = (state.get("infos") or {}).get("task")
         if trained_on and trained_on != spec.name:
             print(f"note: {path.name} was trained on {trained_on}; continuing it on {spec.name}")
+        _check_algorithm(agent, state, path)
         _adopt_network_shapes(agent, state, path)
         print(f"resuming from {path} (iteration {start}; training up to iteration {agent.max_iterations})")
+        if agent.algorithm_name == "sac":  # the buffer is not in checkpoints (too large; refilled quickly)
+            print(f"replay buffer starts empty; warm-up {agent.sac.random_steps} steps")
         resume_from = str(path)
     if continued is not None:
         run_dir = RunDir(continued.run_path)
@@ -137,9 +140,26 @@ def resolve(task_name: str, flags: Any, plan: WorkerPlan) -> TrainJob:
     )
 
 
+def _check_algorithm(agent: AgentConfig, state: dict[str, Any], path: pathlib.Path) -> None:
+    """A checkpoint continues with the algorithm that trained it (its networks are that algorithm's)."""
+    trained_with = state.get("algorithm", "ppo")
+    if trained_with != agent.algorithm_name:
+        raise UsageError(
+            f"{path} was trained with {trained_with}: resume it with --algorithm {trained_with}, or start a new run"
+        )
+
+
 def _adopt_network_shapes(agent: AgentConfig, state: dict[str, Any], path: pathlib.Path) -> None:
     """Resume with the checkpoint's hidden layers: e.g. a run trained on a GPU (the task's GPU networks) continued
     on a laptop (its CPU defaults may be smaller) must rebuild the networks it loads."""
+    if agent.algorithm_name == "sac":
+        saved_sac = (state.get("agent_cfg") or {}).get("sac") or {}
+        for name in ("actor_hidden_dims", "critic_hidden_dims"):
+            dims = saved_sac.get(name)
+            if dims is not None and tuple(dims) != tuple(getattr(agent.sac, name)):
+                print(f"note: {path.name} has SAC {name} {tuple(dims)}; resuming with those")
+                setattr(agent.sac, name, tuple(int(d) for d in dims))
+        return
     saved = state.get("rsl_rl_cfg") or {}
     for name, policy in (("actor", agent.actor), ("critic", agent.critic)):
         dims = (saved.get(name) or {}).get("hidden_dims")

@@ -205,6 +205,14 @@ class LocomotionEnv(MujocoVecEnv):
         )
 
     # ---------------------------------------------------------------- actions
+    def action_bounds(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The actions whose joint targets (default pose + scale x action) stay within the joint limits: a bounded
+        policy then spans each joint's whole range, and no more (the clip range, 100, is no bound at all)."""
+        clip = float(self.cfg.clip_actions)
+        low = ((self.joint_lower - self.default_joint_pos) / self.joint_action_scale).clamp(-clip, clip)
+        high = ((self.joint_upper - self.default_joint_pos) / self.joint_action_scale).clamp(-clip, clip)
+        return low.cpu(), high.cpu()
+
     def apply_actions(self, actions: torch.Tensor) -> None:
         torch.addcmul(self.default_joint_pos, actions, self.joint_action_scale, out=self.sim.ctrl)
 

@@ -1,0 +1,72 @@
+"""Builds the SAC a runner trains: networks, replay buffer and reducer for one worker's environment."""
+
+from __future__ import annotations
+
+import torch
+
+from mjfleet.launch.worker import WorkerContext
+from mjfleet.rl.config import AgentConfig
+from mjfleet.rl.reduce import choose_reducer
+from mjfleet.rl.sac.algorithm import FleetSAC
+from mjfleet.rl.sac.networks import SquashedGaussianActor, TwinCritic
+from mjfleet.rl.sac.replay import ReplayBuffer
+
+
+def build_sac(obs, env, agent: AgentConfig, ctx: WorkerContext) -> FleetSAC:
+    """FleetSAC for `env`'s observations and actions on `ctx.device`, averaging across `ctx`'s workers.
+
+    The environment is asked to report the observation before each reset (`record_final_observations`): SAC
+    bootstraps a time-out from the state the episode reached, which the post-reset observation is not.
+    """
+    cfg = agent.sac
+    agent.check(env.num_envs)
+    if not hasattr(env, "record_final_observations"):
+        raise ValueError(
+            f"{type(env).__name__} cannot report the observation before a reset, which SAC's time-out "
+            "bootstrapping needs (MujocoVecEnv's record_final_observations)"
+        )
+    env.record_final_observations = True
+    device = ctx.device
+    critic_group = "critic" if cfg.asymmetric_critic and "critic" in obs.keys() else "actor"
+    bounds = action_bounds(env, cfg.action_bound)
+    actor = SquashedGaussianActor(
+        obs["actor"].shape[-1],
+        env.num_actions,
+        cfg.actor_hidden_dims,
+        cfg.activation,
+        bounds,
+        cfg.obs_normalization,
+        (cfg.log_std_min, cfg.log_std_max),
+    ).to(device)
+    critic = TwinCritic(
+        obs[critic_group].shape[-1],
+        env.num_actions,
+        cfg.critic_hidden_dims,
+        cfg.activation,
+        cfg.obs_normalization,
+    ).to(device)
+    buffer = ReplayBuffer(
+        cfg.buffer_size,
+        env.num_envs,
+        obs["actor"].shape[-1],
+        obs[critic_group].shape[-1],
+        env.num_actions,
+        device,
+    )
+    alg = FleetSAC(actor, critic, buffer, cfg, device, critic_group=critic_group)
+    if ctx.is_distributed:
+        alg.reducer = choose_reducer(cfg.gradient_reducer, alg.flat_grad, ctx.group)
+    return alg
+
+
+def action_bounds(env, bound: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """(low, high) per action: +-`bound` when it is set (> 0), else the environment's `action_bounds()` (the
+    joint limits for locomotion tasks), else its clip range."""
+    n = env.num_actions
+    if bound > 0:
+        return torch.full((n,), -bound), torch.full((n,), bound)
+    if hasattr(env, "action_bounds"):
+        low, high = env.action_bounds()
+        return low.float().cpu(), high.float().cpu()
+    clip = float(env.cfg.clip_actions)
+    return torch.full((n,), -clip), torch.full((n,), clip)

@@ -1,0 +1,97 @@
+"""Typed SAC settings that tyro turns into `--agent.sac.*` flags (a light module: no torch).
+
+The recipe is the massively parallel one (FastTD3 / FastSAC, Seo et al. 2025): many environments feed one replay
+buffer per worker held on the worker's device, large batches, several gradient steps per environment step, twin
+critics with Polyak-averaged targets, an automatic entropy temperature, n-step returns that bootstrap through
+time-outs but not through terminations, observation normalisation and a random-action warm-up.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+
+@dataclass
+class SACConfig:
+    """Soft Actor-Critic hyper-parameters (mjfleet.rl.sac)."""
+
+    updates_per_step: float = 1.0
+    """Gradient steps (critic + actor + temperature) per environment step of the vectorised environment. Each
+    iteration collects `num_steps_per_env` steps, then runs round(num_steps_per_env x updates_per_step) gradient
+    steps: the update-to-data ratio, the main knob trading wall clock for sample efficiency."""
+    batch_size: int = 4096
+    """Transitions per gradient step and worker (the averaged gradient sees world_size x batch_size). Large
+    batches are what let thousands of parallel environments pay off."""
+    buffer_size: int = 1_000_000
+    """Transitions kept per worker (rounded down to a multiple of num_envs), on the worker's device. The buffer
+    is not checkpointed: a resumed run warms up again."""
+    gamma: float = 0.99
+    """Discount factor."""
+    n_step: int = 3
+    """Rewards summed before bootstrapping from the target critics. >1 propagates reward faster from large
+    batches of short-horizon data; the small off-policy bias is accepted, as FastTD3 does."""
+    tau: float = 0.05
+    """Polyak rate of the target critics (target <- (1 - tau) target + tau critic) per gradient step. Larger
+    than the classic 0.005 because many gradient steps run per unit of new data."""
+    actor_learning_rate: float = 3e-4
+    critic_learning_rate: float = 3e-4
+    alpha_learning_rate: float = 3e-4
+    """Adam learning rates of the actor, the twin critics and the log-temperature."""
+    init_alpha: float = 0.1
+    """The entropy temperature at the start (and for ever with auto_alpha off)."""
+    auto_alpha: bool = True
+    """Tune the temperature so the policy's entropy tracks target_entropy (SAC's standard choice)."""
+    target_entropy_per_action: float = -1.0
+    """Target entropy = this x action dimensions (-1: the usual -action_dim)."""
+    max_grad_norm: float = 0.0
+    """Clip each network's gradient norm to this after averaging (0: no clipping)."""
+    random_steps: int = 10
+    """Environment steps (of every environment) with uniformly random actions before the policy acts and the
+    first gradient step: the buffer starts with broad data instead of the untrained policy's."""
+    actor_hidden_dims: tuple[int, ...] = (256, 256)
+    critic_hidden_dims: tuple[int, ...] = (256, 256)
+    activation: str = "elu"
+    """Hidden-layer activation of actor and critics (torch.nn name, lower case: elu, relu, tanh, silu)."""
+    obs_normalization: bool = True
+    """Normalise actor and critic inputs with running mean/std, learnt from every iteration's new observations
+    and averaged across workers (rsl_rl's EmpiricalNormalization). The buffer keeps raw observations."""
+    asymmetric_critic: bool = True
+    """Critics read the task's `critic` observation group (privileged state where the task has one); off: the
+    actor's group. The actor always reads `actor`, which is all a deployed policy sees."""
+    action_bound: float = 0.0
+    """Actions are squashed into [-action_bound, action_bound] (tanh of a Gaussian sample, scaled). 0: the
+    environment's own bounds (`action_bounds()`: the joint limits around the default pose for locomotion tasks,
+    else the clip range)."""
+    gradient_reducer: Literal["auto", "all-reduce", "all-gather", "shared-memory", "none"] = "auto"
+    """Several workers: how gradients are averaged after every gradient step (mjfleet.rl.reduce; as PPO's)."""
+    log_std_min: float = -5.0
+    log_std_max: float = 2.0
+    """The actor's log standard deviation is squashed into [min, max]: no collapse, no runaway exploration."""
+
+    def check(self, num_envs: int) -> None:
+        """UsageError (one line) for settings no SAC run can use."""
+        from mjfleet.errors import UsageError
+
+        positive = {
+            "batch-size": self.batch_size,
+            "n-step": self.n_step,
+            "buffer-size": self.buffer_size,
+        }
+        for name, value in positive.items():
+            if value < 1:
+                raise UsageError(f"--agent.sac.{name} must be >= 1, got {value}")
+        if self.buffer_size < num_envs * (self.n_step + 1):
+            raise UsageError(
+                f"--agent.sac.buffer-size {self.buffer_size} holds fewer than n-step + 1 = {self.n_step + 1} "
+                f"steps of {num_envs} environments"
+            )
+        if not 0.0 < self.tau <= 1.0 or not 0.0 < self.gamma <= 1.0:
+            raise UsageError(
+                f"--agent.sac.tau and --agent.sac.gamma must be in (0, 1], got {self.tau}, {self.gamma}"
+            )
+        if self.updates_per_step < 0 or self.random_steps < 0 or self.init_alpha <= 0:
+            raise UsageError(
+                "--agent.sac.updates-per-step and --agent.sac.random-steps must be >= 0 and "
+                "--agent.sac.init-alpha > 0"
+            )

@@ -1,0 +1,176 @@
+"""SAC's pieces as specifications: n-step targets, the replay ring, the final observations it bootstraps from."""
+
+from __future__ import annotations
+
+import torch
+
+from mjfleet.rl.sac.replay import ReplayBuffer, n_step_targets
+
+GAMMA = 0.5  # powers of 1/2 keep the hand-computed sums exact
+
+
+def _targets(rewards, done, terminated, available=None):
+    rewards = torch.tensor([rewards], dtype=torch.float32)
+    done = torch.tensor([done])
+    terminated = torch.tensor([terminated])
+    available = torch.ones_like(done) if available is None else torch.tensor([available])
+    returns, bootstrap, last = n_step_targets(rewards, done, terminated, available, GAMMA)
+    return float(returns[0]), float(bootstrap[0]), int(last[0])
+
+
+def test_n_step_return_sums_n_discounted_rewards_and_bootstraps_gamma_to_the_n():
+    assert _targets([1.0, 2.0, 4.0], [False] * 3, [False] * 3) == (1 + 0.5 * 2 + 0.25 * 4, 0.125, 2)
+
+
+def test_a_termination_stops_the_sum_and_is_not_bootstrapped():
+    assert _targets([1.0, 2.0, 4.0], [False, True, False], [False, True, False]) == (2.0, 0.0, 1)
+
+
+def test_a_time_out_stops_the_sum_and_bootstraps_from_where_it_stopped():
+    # a time-out is done without terminated: gamma^2 times the value of step 1's next (final) observation
+    assert _targets([1.0, 2.0, 4.0], [False, True, False], [False, False, False]) == (2.0, 0.25, 1)
+
+
+def test_steps_after_a_finished_episode_belong_to_the_next_one_and_are_ignored():
+    returns, bootstrap, last = _targets([3.0, 100.0, 100.0], [True, True, False], [False, True, True])
+    assert (returns, bootstrap, last) == (3.0, 0.5, 0)
+
+
+def test_steps_not_collected_yet_shorten_the_return_to_the_ones_that_exist():
+    assert _targets([1.0, 2.0, 4.0], [False] * 3, [False] * 3, [True, True, False]) == (2.0, 0.25, 1)
+
+
+def _step(buffer: ReplayBuffer, t: int, done: bool = False, terminated: bool = False) -> None:
+    """Vectorised step t of 2 environments: observation t (env 0) and 10 + t (env 1), reward t, next t + 0.5."""
+    obs = torch.tensor([[t], [10.0 + t]])
+    flags = torch.tensor([done, done])
+    buffer.add(obs, obs, obs, torch.tensor([t, 10.0 + t]), obs + 0.5, obs + 0.5, flags & terminated, flags)
+
+
+def test_the_ring_keeps_the_newest_steps_and_samples_only_written_ones():
+    buffer = ReplayBuffer(capacity=8, num_envs=2, obs_dim=1, critic_obs_dim=1, action_dim=1, device="cpu")
+    assert buffer.length == 4
+    for t in range(6):  # rows: 4, 5, 2, 3 after wrapping twice over the first two
+        _step(buffer, t)
+    assert buffer.size == 4 and buffer.position == 2 and buffer.num_transitions == 8
+    assert buffer.obs[:, 0, 0].tolist() == [4.0, 5.0, 2.0, 3.0]
+    batch = buffer.sample(256, n_step=1, gamma=GAMMA, generator=torch.Generator().manual_seed(0))
+    assert set(batch.obs[:, 0].tolist()) == {2.0, 3.0, 4.0, 5.0, 12.0, 13.0, 14.0, 15.0}
+    assert torch.equal(batch.returns, batch.obs[:, 0])  # reward t was stored with observation t
+
+
+def test_n_step_samples_look_ahead_across_the_ring_boundary_and_stop_at_the_newest_step():
+    buffer = ReplayBuffer(capacity=8, num_envs=2, obs_dim=1, critic_obs_dim=1, action_dim=1, device="cpu")
+    for t in range(6):
+        _step(buffer, t)
+    batch = buffer.sample(512, n_step=3, gamma=GAMMA, generator=torch.Generator().manual_seed(0))
+    for obs, ret, nxt, boot in zip(
+        batch.obs[:, 0], batch.returns, batch.next_obs[:, 0], batch.bootstrap, strict=True
+    ):
+        t = int(obs) % 10
+        steps = range(t, min(t + 3, 6))  # rows 3 -> 4 -> 5 cross the end of the ring
+        assert float(ret) == sum(GAMMA ** (s - t) * (float(obs) - t + s) for s in steps)
+        assert float(nxt) == float(obs) + len(steps) - 1 + 0.5
+        assert float(boot) == GAMMA ** len(steps)
+
+
+def test_a_terminated_step_in_the_buffer_ends_the_return_without_bootstrap():
+    buffer = ReplayBuffer(capacity=8, num_envs=2, obs_dim=1, critic_obs_dim=1, action_dim=1, device="cpu")
+    _step(buffer, 0)
+    _step(buffer, 1, done=True, terminated=True)
+    _step(buffer, 2)
+    batch = buffer.sample(256, n_step=3, gamma=GAMMA, generator=torch.Generator().manual_seed(1))
+    first = batch.obs[:, 0] == 0.0
+    assert first.any()
+    assert torch.equal(batch.returns[first], torch.full((int(first.sum()),), 0.0 + GAMMA * 1.0))
+    assert torch.equal(batch.bootstrap[first], torch.zeros(int(first.sum())))
+
+
+def _cartpole(episode_length_s: float, record_final: bool):
+    from small_cartpole import cartpole_configs
+
+    spec, cfg, _ = cartpole_configs(num_envs=8, episode_length_s=episode_length_s)
+    torch.manual_seed(0)  # the same initial states in every environment built here
+    env = spec.make_env(cfg, "cpu")
+    env.record_final_observations = record_final
+    return env
+
+
+def test_a_timed_out_environment_reports_the_state_it_reached_before_its_reset():
+    """What SAC bootstraps a time-out from: the observation a longer episode would have shown at that step, not
+    the new episode's first one that `step` returns."""
+    short, long = _cartpole(0.1, record_final=True), _cartpole(1.0, record_final=False)
+    zeros = torch.zeros(8, short.num_actions)
+    for _ in range(int(round(0.1 / short.step_dt))):
+        obs, _, dones, extras = short.step(zeros)
+        continued, *_ = long.step(zeros)
+    assert dones.all() and extras["time_outs"].all()
+    torch.testing.assert_close(extras["final_observations"]["actor"], continued["actor"])
+    assert not torch.allclose(obs["actor"], continued["actor"])
+
+
+def test_without_the_setting_no_final_observations_are_computed():
+    env = _cartpole(1.0, record_final=False)
+    _, _, _, extras = env.step(torch.zeros(8, env.num_actions))
+    assert "final_observations" not in extras
+
+
+def test_the_actor_acts_inside_its_bounds_with_the_squashed_gaussians_log_probability():
+    from torch.distributions import AffineTransform, Normal, TanhTransform, TransformedDistribution
+
+    from mjfleet.rl.sac.networks import SquashedGaussianActor
+
+    low, high = torch.tensor([-1.0, -0.5, 0.0]), torch.tensor([1.0, 2.0, 0.1])
+    torch.manual_seed(0)
+    actor = SquashedGaussianActor(4, 3, (16,), "elu", (low, high), obs_normalization=False)
+    x = torch.randn(512, 4)
+    noise = torch.randn(512, 3)
+    actions, log_prob, std = actor.sample(x, noise)
+    assert ((actions >= low) & (actions <= high)).all()
+    mean, log_std = actor.distribution(x)
+    squashed = TransformedDistribution(
+        Normal(mean, log_std.exp()), [TanhTransform(), AffineTransform((high + low) / 2, (high - low) / 2)]
+    )
+    u = mean + std * noise  # the pre-squash draw; the reference evaluates its own image of it
+    reference = squashed.log_prob(squashed.transforms[1](squashed.transforms[0](u))).sum(dim=-1)
+    # the actor's density is tanh(u)'s, before the affine map onto the bounds: the map's log-Jacobian apart
+    torch.testing.assert_close(log_prob - ((high - low) / 2).log().sum(), reference, atol=1e-3, rtol=1e-4)
+    assert torch.equal(actor(x), (high + low) / 2 + (high - low) / 2 * torch.tanh(mean))
+
+
+def test_sac_stores_a_timed_out_step_with_its_final_observation_and_no_termination():
+    """The replay buffer's view of an episode's end, as FleetSAC collects it from the real environment: the next
+    observation of a finished environment is the one before its reset; a time-out is done, not terminated."""
+    from small_cartpole import cartpole_configs
+
+    from mjfleet.launch.worker import WorkerContext
+    from mjfleet.rl.sac.build import build_sac
+
+    spec, cfg, agent = cartpole_configs(num_envs=8, episode_length_s=0.1)
+    agent.algorithm_name = "sac"
+    torch.manual_seed(0)
+    env = spec.make_env(cfg, "cpu")
+    alg = build_sac(env.get_observations(), env, agent, WorkerContext.single("cpu"))
+    assert env.record_final_observations
+    obs = env.get_observations()
+    with torch.inference_mode():
+        for _ in range(int(round(0.1 / env.step_dt))):
+            alg.act(obs)
+            obs, rewards, dones, extras = env.step(alg._last_actions)
+            alg.process_env_step(obs, rewards, dones, extras)
+    buffer, last = alg.buffer, alg.buffer.position - 1
+    timed_out = extras["time_outs"]
+    assert timed_out.any() and torch.equal(buffer.done[last], dones.bool())
+    assert torch.equal(buffer.terminated[last], dones.bool() & ~timed_out)
+    final = extras["final_observations"]["actor"]
+    assert torch.equal(buffer.next_obs[last][timed_out], final[timed_out])
+    assert not torch.equal(buffer.next_obs[last][timed_out], obs["actor"][timed_out])
+    # within an episode, a step's next observation is the next step's observation
+    going_on = ~buffer.done[:last]
+    assert torch.equal(buffer.next_obs[:last][going_on], buffer.obs[1 : last + 1][going_on])
+
+
+def test_the_ring_says_how_much_memory_it_holds():
+    buffer = ReplayBuffer(capacity=8, num_envs=2, obs_dim=3, critic_obs_dim=5, action_dim=2, device="cpu")
+    floats = 4 * 2 * (3 + 3 + 5 + 5 + 2 + 1)  # rows x envs x (obs, next, critic, next critic, action, reward)
+    assert buffer.nbytes == 4 * floats + 4 * 2 * 2  # float32, and two bool flags per transition
