@@ -179,7 +179,8 @@ def test_export_detects_an_onnx_model_that_differs_from_the_policy(tmp_path):
     from tensordict import TensorDict
 
     from mjfleet.rl.config import AgentConfig
-    from mjfleet.rl.export import ExportError, check_onnx, export_policy
+    from mjfleet.rl.export import export_policy
+    from mjfleet.rl.export_check import ExportError, check_onnx
 
     agent = AgentConfig()
     agent.actor.obs_normalization = True

@@ -278,7 +278,8 @@ def test_the_export_check_runs_without_onnxruntime(cartpole, monkeypatch):
     """onnxruntime is the optional `deploy` extra: without it the check runs onnx's reference evaluator."""
     from tensordict import TensorDict
 
-    from mjfleet.rl.export import ONNX_TOLERANCE, build_actor, check_onnx
+    from mjfleet.rl.export import build_actor
+    from mjfleet.rl.export_check import ONNX_TOLERANCE, check_onnx
     from mjfleet.runs.checkpoints import read_checkpoint
 
     run_dir, _ = cartpole

@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from mjfleet.bench import autotune, machine
-from mjfleet.bench.report import format_report, scaling, summarize_run, summarize_startup
+from mjfleet.bench.report import scaling, summarize_run, summarize_startup
+from mjfleet.bench.table import format_report
 from mjfleet.cli.common import parse_task_command, quiet_warp, user_errors, worker_plan
 from mjfleet.errors import UsageError
 from mjfleet.launch.devices import GpuRequest, WorkerPlan, make_plan

@@ -163,7 +163,7 @@ def main(argv: list[str] | None = None) -> None:
     task_name, flags = parse_args(argv)
     check_flags(flags)
     from mjfleet.play import play
-    from mjfleet.rl.export import ExportError
+    from mjfleet.rl.export_check import ExportError
 
     try:
         play(task_name, flags)
