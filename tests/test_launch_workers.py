@@ -221,15 +221,19 @@ def test_the_process_tree_keeps_a_reparented_grandchild_and_skips_processes_star
 
     older = subprocess.Popen(["sleep", "60"])
     tree = ProcessTree()
+    # The parent stays until told to go (its stdin closes), so that the tree sees the grandchild as a descendant
+    # first; then it exits and the grandchild is re-parented away from this process.
+    code = (
+        "import subprocess, sys; print(subprocess.Popen(['sleep', '60']).pid, flush=True); sys.stdin.read()"
+    )
     parent = subprocess.Popen(
-        [sys.executable, "-c", "import subprocess; print(subprocess.Popen(['sleep', '60']).pid, flush=True)"],
-        stdout=subprocess.PIPE,
-        text=True,
+        [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
     )
     try:
-        assert parent.stdout is not None
+        assert parent.stdin is not None and parent.stdout is not None
         grandchild = int(parent.stdout.readline())
         assert grandchild in {proc.pid for proc in tree.alive()}
+        parent.stdin.close()
         parent.wait(timeout=30)  # the grandchild is re-parented away from this process now
         assert {proc.pid for proc in tree.alive()} == {grandchild}
         tree.send(signal.SIGKILL)
@@ -238,8 +242,10 @@ def test_the_process_tree_keeps_a_reparented_grandchild_and_skips_processes_star
             time.sleep(0.05)
         assert tree.alive() == [] and older.poll() is None
     finally:
-        older.kill()
-        older.wait()
+        tree.send(signal.SIGKILL)  # the grandchild, if a check above failed before it was killed
+        for proc in (older, parent):
+            proc.kill()
+            proc.wait()
 
 
 def _is_alive(pid: int) -> bool:
