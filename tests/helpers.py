@@ -28,6 +28,8 @@ SMALL_CARTPOLE = [
 """A short Cartpole-Balance run: 32 environments, 8-step rollouts, no dashboard, one line per iteration."""
 CARTPOLE_OPTIMIZER_STEPS_PER_ITERATION = 20
 """5 epochs x 4 mini-batches: the Cartpole agent's optimizer steps per iteration."""
+TWO_CPU_WORKERS = ["--gpu-ids", "None", "--cpu-workers", "2", "--num-envs", "16", "--agent.num-steps-per-env", "8"]  # fmt: skip
+"""2 CPU workers x 16 Cartpole environments, 8-step iterations: the smallest real data-parallel `train`."""
 
 NO_GL = "no headless OpenGL here: apt-get install libegl1 libegl-mesa0 libgl1-mesa-dri (see .ci/run)"
 

@@ -10,7 +10,7 @@ import time
 
 import pytest
 import torch
-from helpers import run_cli
+from helpers import BIN, TWO_CPU_WORKERS, run_cli
 
 from mjfleet.launch.devices import make_plan, parse_gpu_ids
 from mjfleet.launch.launcher import run_workers
@@ -233,32 +233,10 @@ def test_shared_memory_sums_are_exact_in_every_round_and_a_missing_rank_times_ou
 
 
 # --------------------------------------------------------------------------- the train command, 2 CPU workers
-BIN = pathlib.Path(sys.executable).parent
-SMALL = ["--gpu-ids", "None", "--cpu-workers", "2", "--num-envs", "16", "--agent.num-steps-per-env", "8"]
-
-
-def _processes_in(directory: pathlib.Path) -> list[int]:
-    """PIDs of live processes whose working directory is `directory` (every process of a run started there)."""
-    pids = []
-    for proc in pathlib.Path("/proc").iterdir():
-        if proc.name.isdigit():
-            try:
-                if pathlib.Path(os.readlink(proc / "cwd")) == directory:
-                    pids.append(int(proc.name))
-            except OSError:
-                continue
-    return pids
-
-
-def _wait_gone(directory: pathlib.Path, timeout: float) -> list[int]:
-    deadline = time.monotonic() + timeout
-    while (left := _processes_in(directory)) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    return left
 
 
 def test_two_cpu_workers_write_one_run_directory_with_global_counts(tmp_path):
-    result = run_cli("train", "Cartpole-Balance", *SMALL, "--max-iterations", "2", cwd=tmp_path)
+    result = run_cli("train", "Cartpole-Balance", *TWO_CPU_WORKERS, "--max-iterations", "2", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     (run_dir,) = (tmp_path / "logs" / "cartpole_balance").iterdir()
     assert "2 workers x 16 envs = 32 envs" in result.stdout
@@ -266,20 +244,6 @@ def test_two_cpu_workers_write_one_run_directory_with_global_counts(tmp_path):
     assert [r["iteration"] for r in records] == [0, 1]  # one writer: no duplicated lines
     assert records[-1]["env_steps"] == 2 * 8 * 16 * 2
     assert len(list(run_dir.glob("events.out.tfevents.*"))) == 1
-
-
-def test_train_under_torchrun_joins_its_process_group_and_writes_one_run_directory(tmp_path):
-    small = [a for a in SMALL if a not in ("--cpu-workers", "2")]
-    result = run_cli(
-        "torchrun", "--standalone", "--nproc-per-node", "2", str(BIN / "train"), "Cartpole-Balance",
-        *small, "--max-iterations", "2", cwd=tmp_path,
-    )  # fmt: skip
-    assert result.returncode == 0, result.stderr
-    (run_dir,) = (tmp_path / "logs" / "cartpole_balance").iterdir()
-    assert "2 workers x 16 envs = 32 envs" in result.stdout
-    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    assert [r["iteration"] for r in records] == [0, 1]  # one writer
-    assert records[-1]["env_steps"] == 2 * 8 * 16 * 2  # both workers' steps
 
 
 @pytest.mark.parametrize("flags", [["--cpu-workers", "2"], ["--gpu-ids", "0", "1"], ["--hosts", "h1", "h2"]])
@@ -298,72 +262,6 @@ def test_flags_that_place_workers_are_usage_errors_under_an_external_launcher(fl
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "do not apply under a launcher such as torchrun" in lines[0], result.stderr
     assert not (tmp_path / "logs").exists()
-
-
-def test_workers_import_the_task_modules_their_job_names_without_the_variable(plan, monkeypatch, tmp_path):
-    """MJFLEET_TASK_MODULES is the user's input to the launching command; the job carries the modules, so workers
-    started without the variable still find the task."""
-    from mjfleet.cli.train import parse_args, resolve
-    from mjfleet.tasks.plugins import load_environment_modules
-    from mjfleet.train.job import reserve_run_dir
-    from mjfleet.train.worker import train_worker
-
-    monkeypatch.setenv("MJFLEET_TASK_MODULES", "plugin_task")
-    monkeypatch.syspath_prepend(str(TESTS))
-    load_environment_modules()  # what importing mjfleet.tasks does in a fresh `train`
-    argv = ["Test-PluginCartpole", *SMALL, "--max-iterations", "1", "--logs-root", str(tmp_path)]
-    job = reserve_run_dir(resolve(*parse_args(argv)))
-    assert job.task_modules == ("plugin_task",)
-    monkeypatch.delenv("MJFLEET_TASK_MODULES")
-    summary = run_workers(job.plan, train_worker, job, log_dir="")
-    assert summary["iterations"] == 1 and job.run_dir.latest_checkpoint() is not None
-
-
-def test_a_failing_worker_ends_train_quickly_with_that_ranks_traceback(tmp_path):
-    stamp = tmp_path / "failed_at"
-    env = {
-        **os.environ,
-        "MJFLEET_TASK_MODULES": "failing_task",
-        "PYTHONPATH": f"{TESTS}:{':'.join(sys.path)}",
-        "MJFLEET_TEST_FAILURE_STAMP": str(stamp),
-    }
-    # Rank 0 waits in a collective that rank 1 never joins: without fail-fast it would hang until the 600 s
-    # process-group timeout, past this call's timeout (no timing is asserted beyond that).
-    result = run_cli("train", "Test-FailOnRank1", *SMALL, "--max-iterations", "50", cwd=tmp_path, env=env)
-    assert result.returncode == 1
-    assert "[rank 1]" in result.stderr and "deliberate failure on rank 1" in result.stderr
-    assert "Traceback" in result.stderr  # the failing rank's traceback is shown
-    assert stamp.exists()  # rank 1 really failed (the test task stamps the moment)
-    assert _wait_gone(tmp_path, 5) == []
-
-
-def test_sigterm_to_train_stops_cleanly_with_a_checkpoint_and_leaves_no_process_behind(tmp_path):
-    """A cluster's pre-emption: SIGTERM to train with 2 workers ends the iteration, saves, says how to resume,
-    exits with 128 + SIGTERM, and no worker process outlives it."""
-    stderr = tmp_path / "stderr.txt"
-    with stderr.open("w") as err:
-        proc = subprocess.Popen(
-            [str(BIN / "train"), "Cartpole-Balance", *SMALL, "--max-iterations", "100000"],
-            cwd=tmp_path,
-            stdout=subprocess.DEVNULL,
-            stderr=err,
-        )
-    try:
-        deadline = time.monotonic() + 180
-        while not list(tmp_path.glob("logs/*/*/metrics.jsonl")) and time.monotonic() < deadline:
-            time.sleep(0.5)
-        assert list(tmp_path.glob("logs/*/*/metrics.jsonl")), "training never started"
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(timeout=60)
-        text = stderr.read_text()
-        assert proc.returncode == 128 + signal.SIGTERM, text[-2000:]
-        assert "stopped by SIGTERM" in text and "resume with:" in text
-        (run_dir,) = tmp_path.glob("logs/*/*")
-        assert list(run_dir.glob("model_*.pt"))  # the final save
-        assert _wait_gone(tmp_path, 10) == []
-    finally:
-        if proc.poll() is None:
-            proc.kill()
 
 
 @pytest.mark.slow

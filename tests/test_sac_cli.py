@@ -52,17 +52,6 @@ def test_a_sac_run_writes_sac_metrics_and_a_checkpoint_that_names_its_algorithm(
     assert {"actor_state_dict", "critic_state_dict", "target_state_dict", "log_alpha"} <= state.keys()
 
 
-def test_resuming_a_sac_run_says_the_buffer_starts_empty_and_continues_the_numbering(sac_run, tmp_path):
-    cwd = copy_workdir(sac_run, tmp_path)
-    result = run_cli(
-        "train", "Cartpole-Balance", *SAC_SMALL, "--max-iterations", "3", "--resume", cwd=cwd, check=True
-    )
-    assert "replay buffer starts empty; warm-up 4 steps" in result.stdout
-    resumed = _run_dirs(cwd)[-1]
-    assert [r["iteration"] for r in metrics(resumed)] == [2]
-    assert (resumed / "model_3.pt").exists()
-
-
 def test_play_evaluates_against_baselines_and_exports_the_deterministic_sac_actor(sac_run, tmp_path):
     cwd = copy_workdir(sac_run, tmp_path)
     (run_dir,) = _run_dirs(cwd)
@@ -110,7 +99,7 @@ def test_bench_times_sac_iterations_and_their_gradient_steps(tmp_path):
     assert point["training"]["gradient_steps_per_s"] > 0
 
 
-def test_sigint_saves_a_sac_checkpoint_and_prints_a_resume_command_that_keeps_the_algorithm(tmp_path):
+def test_sigint_saves_a_sac_checkpoint_and_its_resume_command_keeps_sac_and_refills_the_buffer(tmp_path):
     proc = start_train(tmp_path, *SAC_SMALL, "--max-iterations", "1000", "--save-interval", "100")
     run_dir = wait_for_iterations(proc, tmp_path, 3)
     _, err = interrupt(proc)
@@ -120,3 +109,10 @@ def test_sigint_saves_a_sac_checkpoint_and_prints_a_resume_command_that_keeps_th
     assert state["algorithm"] == "sac" and state["iter"] == last
     words = resume_hint(err)
     assert words[words.index("--algorithm") + 1] == "sac"
+
+    # The printed command resumes it as SAC: the buffer was not saved, so it warms up again; numbering continues.
+    resumed = run_cli(*words, "--max-iterations", str(last + 1), cwd=tmp_path, check=True)
+    assert "replay buffer starts empty; warm-up 4 steps" in resumed.stdout
+    (new_run,) = [p for p in _run_dirs(tmp_path) if p != run_dir]
+    assert [r["iteration"] for r in metrics(new_run)] == [last]
+    assert torch.load(new_run / f"model_{last + 1}.pt", weights_only=True)["algorithm"] == "sac"
