@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 from mjfleet.envs import EnvConfig
 from mjfleet.rl import ActorConfig, AgentConfig, PolicyConfig, PPOConfig
+from mjfleet.rl.sac import SACConfig
 from mjfleet.tasks.locomotion.terrain import TerrainConfig
 
 
@@ -200,5 +201,23 @@ def agent_config(experiment: str, hidden_dims: tuple[int, ...], max_iterations: 
             clip_param=0.2,
             value_loss_coef=1.0,
             max_grad_norm=1.0,
+        ),
+        # --algorithm sac, chosen by short runs on the 2-core CPU (2 workers x 256 envs, 2026-11-25; docs/sac.md):
+        # - action_bound 1 (joint targets within +-0.25 rad of the default pose, as far as PPO's first actions
+        #   reach): bounded by the joint limits, random and early actions flail, every step's reward clips to 0
+        #   and the policy learnt to stand still.
+        # - init_alpha 1e-3 with a 10x faster temperature: a step's reward is at most ~0.03 (terms scaled by the
+        #   policy's dt), so an entropy bonus of 0.01 x entropy outweighed walking until alpha came down.
+        # - gamma 0.97 and half a gradient step per env step with batches of 2048: the update costs about as
+        #   much as the collection on a CPU core, so a 15-minute run holds as many env steps as PPO's.
+        sac=SACConfig(
+            action_bound=1.0,
+            init_alpha=1e-3,
+            alpha_learning_rate=3e-3,
+            gamma=0.97,
+            updates_per_step=0.5,
+            batch_size=2048,
+            actor_hidden_dims=(256, 128, 64),
+            critic_hidden_dims=(256, 256),
         ),
     )
