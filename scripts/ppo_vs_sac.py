@@ -4,13 +4,13 @@ For every seed, each algorithm trains with `train` exactly as a user runs it (th
 `--seed S`), and is stopped with SIGINT (Ctrl-C) when `--minutes` of wall clock have passed since its launch, start-up
 and kernel loading included. Then `play` evaluates the final checkpoint with the deterministic policy, a fixed seed
 and, for the locomotion tasks, a fixed command; the first evaluation also runs the zero and random baselines.
-With `--curve`, every checkpoint the run kept (`--save-every` iterations) is evaluated the same way, so the
-environment steps at which an algorithm first reached a tracking error can be read off. One JSON line per
+With `--curve sac` (or ppo), every checkpoint such a run kept (`--save-every` iterations) is evaluated the same
+way, so the environment steps at which an algorithm first reached a tracking error can be read off. One JSON line per
 evaluation goes to stdout and to `--out`, then a table of the final evaluations.
 
-uv run python scripts/ppo_vs_sac.py Quadruped-Velocity-Flat --minutes 15 --seeds 1 2 3 --command 0.8 0 0 --curve
+uv run python scripts/ppo_vs_sac.py Quadruped-Velocity-Flat --minutes 15 --seeds 1 2 3 --command 0.8 0 0 --curve sac
 uv run python scripts/ppo_vs_sac.py Cartpole-Balance --minutes 5 --seeds 1 2 3 --metric mean_return
-uv run python scripts/ppo_vs_sac.py Quadruped-Velocity-Flat --minutes 3 --seeds 1 --sac-flags="--agent.sac.gamma 0.97"
+uv run python scripts/ppo_vs_sac.py Quadruped-Velocity-Flat --minutes 3 --seeds 1 --sac-flags="--agent.sac.updates-per-step 1"
 
 Runs go one after another (never side by side: they would share the cores); run directories under --logs-root.
 """
@@ -113,7 +113,13 @@ def main() -> None:
     parser.add_argument("--ppo-flags", default="", help="extra train flags for PPO only")
     parser.add_argument("--sac-flags", default="", help="extra train flags for SAC only")
     parser.add_argument("--save-every", type=int, default=25, help="iterations between kept checkpoints")
-    parser.add_argument("--curve", action="store_true", help="also evaluate every kept checkpoint")
+    parser.add_argument(
+        "--curve",
+        nargs="*",
+        default=[],
+        choices=["ppo", "sac"],
+        help="also evaluate these runs' kept checkpoints",
+    )
     parser.add_argument("--logs-root", type=pathlib.Path, default=pathlib.Path("logs/ppo_vs_sac"))
     parser.add_argument("--out", type=pathlib.Path, default=None, help="JSON lines (default: in --logs-root)")
     args = parser.parse_args()
@@ -125,7 +131,7 @@ def main() -> None:
         for algorithm in args.algorithms:
             run_dir = train(args, algorithm, seed)
             checkpoints = sorted(run_dir.glob("model_*.pt"), key=lambda p: int(p.stem.split("_")[1]))
-            for checkpoint in checkpoints if args.curve else checkpoints[-1:]:
+            for checkpoint in checkpoints if algorithm in args.curve else checkpoints[-1:]:
                 final = checkpoint == checkpoints[-1]
                 result = evaluate(args, checkpoint, baselines=final and not finals)
                 iteration, env_steps = checkpoint_steps(checkpoint)
