@@ -69,7 +69,8 @@ def evaluate(args: argparse.Namespace, checkpoint: pathlib.Path, baselines: bool
     """`play` on one checkpoint: the evaluation's JSON (play --output)."""
     output = checkpoint.with_suffix(".eval.json")
     command = [str(BIN / "play"), args.task, "--gpu-ids", args.gpu_ids, "--checkpoint", str(checkpoint)]
-    command += ["--episodes", str(args.episodes), "--seed", "0", "--output", str(output)]
+    command += ["--episodes", str(args.episodes), "--num-envs", str(args.episodes), "--seed", "0"]
+    command += ["--output", str(output)]
     command += ["--command", *map(str, args.command)] if args.command else []
     command += ["--baselines"] if baselines else []
     subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
@@ -107,7 +108,7 @@ def main() -> None:
     parser.add_argument("--algorithms", nargs="+", default=["ppo", "sac"], choices=["ppo", "sac"])
     parser.add_argument("--metric", default="lin_vel_error", help="a key of play's result or of its metrics")
     parser.add_argument("--command", type=float, nargs=3, default=None, metavar=("VX", "VY", "WZ"))
-    parser.add_argument("--episodes", type=int, default=64)
+    parser.add_argument("--episodes", type=int, default=64, help="evaluated episodes, one per environment")
     parser.add_argument("--gpu-ids", default="None", help="play's --gpu-ids (train uses --train-flags)")
     parser.add_argument("--train-flags", default="", help="extra train flags for both algorithms")
     parser.add_argument("--ppo-flags", default="", help="extra train flags for PPO only")
