@@ -27,6 +27,9 @@ import subprocess
 import sys
 import time
 
+from mjfleet.evaluation import early_terminations
+from mjfleet.runs.checkpoints import read_checkpoint
+
 BIN = pathlib.Path(sys.executable).parent
 
 
@@ -79,9 +82,8 @@ def evaluate(args: argparse.Namespace, checkpoint: pathlib.Path, baselines: bool
 
 def summary(result: dict, metric: str) -> dict:
     value = result[metric] if metric in result else result["metrics"][metric]
-    falls = sum(n for name, n in result["terminations"].items() if name != "time_out")
     return {metric: round(value, 4), "mean_return": round(result["mean_return"], 3),
-            "ended_early": falls, "episodes_ended": result["episodes_ended"]}  # fmt: skip
+            "ended_early": early_terminations(result), "episodes_ended": result["episodes_ended"]}  # fmt: skip
 
 
 def emit(args: argparse.Namespace, row: dict) -> None:
@@ -92,9 +94,7 @@ def emit(args: argparse.Namespace, row: dict) -> None:
 
 
 def checkpoint_steps(checkpoint: pathlib.Path) -> tuple[int, int]:
-    import torch
-
-    state = torch.load(checkpoint, map_location="cpu", weights_only=False)
+    state = read_checkpoint(checkpoint)
     return int(state["iter"]), int(state.get("env_steps", 0))
 
 
