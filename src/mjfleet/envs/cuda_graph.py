@@ -15,8 +15,10 @@ Memory: torch gives a graph's allocations its private pool only while the stream
 torch began. Recording the solver loop's body, warp pauses that capture and resumes it into the same graph,
 which is a new capture sequence: without more, every tensor the step allocates after the physics (observations,
 rewards, their temporaries) would come from the general pool, and be handed out again after the capture while
-replays keep writing there. So the capture also routes this thread's allocations into the graph's pool
+replays keep writing there. So the capture also routes this thread's allocations into a pool kept with the graph
 (`torch.cuda.use_mem_pool`), whatever the capture sequence, and warp is told torch's capture mode ("global").
+Torch refuses that pool being the graph's own private one (it would be routed twice), so there are two: the
+graph's, for what the first capture sequence allocates, and the kept one, for the rest.
 """
 
 from __future__ import annotations
@@ -44,15 +46,16 @@ class CapturedFunction:
         self.graph = torch.cuda.CUDAGraph()
         stream = torch.cuda.Stream(device=device)
         wp_device = wp.get_device(str(device))
-        # Kept with the graph: its replays write into this pool's memory.
+        # Kept with the graph: its replays write into this pool's memory (allocations after warp resumed the capture).
         self.pool = torch.cuda.MemPool() if hasattr(torch.cuda, "use_mem_pool") else None
         with (
             torch.cuda.device(device),
             wp.ScopedDevice(wp_device),
             wp.ScopedStream(wp.stream_from_torch(stream)),
         ):
-            pool_id = self.pool.id if self.pool is not None else None
-            with torch.cuda.graph(self.graph, pool=pool_id, stream=stream, capture_error_mode="global"):
+            # The graph keeps its own private pool for what the capture sequence torch began allocates; `pool` is
+            # a second one, for the rest (torch refuses to route one pool twice: "already recording to mempool").
+            with torch.cuda.graph(self.graph, stream=stream, capture_error_mode="global"):
                 routed = (
                     torch.cuda.use_mem_pool(self.pool, device)
                     if self.pool is not None
