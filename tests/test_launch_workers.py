@@ -271,3 +271,16 @@ def test_egl_device_is_the_visible_index_when_the_physical_id_would_read_as_anot
 
 def test_egl_device_is_left_alone_for_uuids():
     assert egl_device_id("MIG-a", 0, "MIG-a") is None
+
+
+def test_each_local_worker_finds_its_gpus_visible_devices_entry():
+    # --workers-per-gpu 2 on GPUs 3 and 5: local ranks 0, 1 on GPU 3 and 2, 3 on GPU 5 (this indexed the entries
+    # by local rank and failed on the first GPU run with two workers per GPU).
+    plan = WorkerPlan(
+        devices=("cuda:0", "cuda:0", "cuda:1", "cuda:1"), backend="gloo", cuda_visible_devices="3,5"
+    )
+    assert [plan.physical_gpu(rank) for rank in range(4)] == ["3", "3", "5", "5"]
+    one_each = WorkerPlan(devices=("cuda:0", "cuda:1"), backend="nccl", cuda_visible_devices="2,0")
+    assert [one_each.physical_gpu(rank) for rank in range(2)] == ["2", "0"]
+    # one worker in the launching process, on the GPU the user named (cuda:1 in this process)
+    assert WorkerPlan(devices=("cuda:1",), cuda_visible_devices="1").physical_gpu(0) == "1"

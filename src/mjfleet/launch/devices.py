@@ -83,7 +83,7 @@ class WorkerPlan:
     hosts: tuple[str, ...] = ("localhost",)
     backend: Literal["nccl", "gloo"] = "gloo"
     cuda_visible_devices: str | None = None
-    """CUDA_VISIBLE_DEVICES for worker processes (local rank i -> the entry of its device); None in CPU mode."""
+    """CUDA_VISIBLE_DEVICES for worker processes, one entry per GPU (`physical_gpu`); None in CPU mode."""
     threads_per_worker: int = 1
     """Torch intra-op threads per worker (torch.set_num_threads and OMP_NUM_THREADS; GPU workers: the host's
     cores split among them). CPU workers default to 1: warp's CPU kernels run on
@@ -114,6 +114,13 @@ class WorkerPlan:
     @property
     def is_cpu(self) -> bool:
         return self.cuda_visible_devices is None
+
+    def physical_gpu(self, local_rank: int) -> str:
+        """The CUDA_VISIBLE_DEVICES entry of local worker `local_rank`'s GPU. Workers go to the GPUs in order, the
+        same number on each (`--workers-per-gpu`)."""
+        assert self.cuda_visible_devices is not None, "a CPU plan has no GPUs"
+        entries = self.cuda_visible_devices.split(",")
+        return entries[local_rank // (len(self.devices) // len(entries))]
 
     @property
     def in_process(self) -> bool:

@@ -113,8 +113,7 @@ def setup_worker(ctx: WorkerContext, plan: WorkerPlan) -> WorkerContext:
     torch.set_num_threads(plan.threads_per_worker)
     if not plan.is_cpu:
         torch.cuda.set_device(torch.device(ctx.device))
-        assert plan.cuda_visible_devices is not None
-        physical = plan.cuda_visible_devices.split(",")[ctx.local_rank]
+        physical = plan.physical_gpu(ctx.local_rank)
         index_here = torch.device(ctx.device).index or 0
         egl = egl_device_id(physical, index_here, os.environ.get("CUDA_VISIBLE_DEVICES"))
         if egl is not None:
