@@ -30,12 +30,13 @@ def make_env(task: str, num_envs: int, capture: bool = True, seed: int = 0):
     return spec.make_env(cfg, DEVICE)
 
 
-def make_training(task: str, num_envs: int = 256):
+def make_training(task: str, num_envs: int = 256, algorithm: str = "ppo"):
     """(env, runner, alg): the task's environment and a FleetRunner on it, the algorithm in training mode."""
     from mjfleet.rl import FleetRunner
 
     env = make_env(task, num_envs)
     agent = get_task(task).agent_config()
+    agent.algorithm_name = algorithm
     agent.logger = "none"
     with contextlib.redirect_stdout(io.StringIO()):
         runner = FleetRunner(env, agent, None, DEVICE, log_format="compact")
@@ -224,3 +225,70 @@ def test_two_workers_share_gpu_0_with_identical_parameters_and_one_run_directory
     lines = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert len(lines) == 3 and lines[-1]["env_steps"] == 3 * 2 * 256 * 24
     assert (run_dir / "model_3.pt").exists()
+
+
+@pytest.mark.parametrize("task", TASKS)
+def test_sac_collection_loop_never_synchronises_with_the_host(task):
+    """SAC's rollout step (the policy's sample, env step, the replay buffer's write) waits for nothing either."""
+    env, _, alg = make_training(task, algorithm="sac")
+    alg.env_steps = alg.cfg.random_steps  # past the warm-up: the policy acts
+    obs = collect(alg, env, env.get_observations(), 3)
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        collect(alg, env, obs, 10)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert env.step_is_graph
+    assert alg.buffer.size == 13 and torch.isfinite(alg.buffer.rewards[:13]).all()
+
+
+@pytest.mark.parametrize("task", TASKS)
+def test_graph_replayed_sac_steps_agree_with_op_by_op_steps(task):
+    """Gradient steps replayed from the recorded CUDA graph (`capture_update`, the default on CUDA) give the plain
+    steps' parameters, temperature and losses: same batches and noise (one seed), same optimizer."""
+    import copy
+
+    env, _, alg = make_training(task, algorithm="sac")
+    alg.env_steps = alg.cfg.random_steps
+    collect(alg, env, env.get_observations(), 8)
+    modules = (alg.actor, alg.critic, alg.target)
+    start = [copy.deepcopy(m.state_dict()) for m in modules]
+    start_alpha, start_optimizer = alg.log_alpha.detach().clone(), copy.deepcopy(alg.optimizer.state_dict())
+
+    def steps(capture: bool) -> tuple[torch.Tensor, list[float]]:
+        for m, state in zip(modules, start, strict=True):
+            m.load_state_dict(state)
+        with torch.no_grad():
+            alg.log_alpha.copy_(start_alpha)
+        alg.optimizer.load_state_dict(copy.deepcopy(start_optimizer))
+        alg.capture = capture
+        torch.manual_seed(0)
+        terms = torch.stack([alg.gradient_step(alg.buffer.sample(1024, alg.cfg.n_step, alg.cfg.gamma),
+                                               alg.draw_noise(1024)).clone() for _ in range(6)])  # fmt: skip
+        flat = torch.cat([t.detach().flatten() for m in modules for t in m.state_dict().values()])
+        return torch.cat((flat, alg.log_alpha.detach())).cpu(), terms.cpu()
+
+    plain, plain_terms = steps(capture=False)
+    replayed, replayed_terms = steps(capture=True)
+    assert alg.capture and alg.graph is not None  # recorded, and not given up
+    start_flat = torch.cat([t.flatten() for state in start for t in state.values()] + [start_alpha]).cpu()
+    assert (plain - start_flat).abs().max() > 1e-4  # the steps changed the networks
+    torch.testing.assert_close(replayed, plain, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(replayed_terms, plain_terms, rtol=1e-3, atol=1e-5)
+
+
+def test_sac_trains_on_gpu_0_and_play_evaluates_it(tmp_path):
+    """`train --algorithm sac` on GPU 0 (recorded gradient steps) writes a run that `play` evaluates there."""
+    result = run_cli(sys.executable, "-m", "mjfleet.cli.train", "Cartpole-Balance", "--algorithm", "sac",
+                     "--num-envs", "1024", "--max-iterations", "4", "--logs-root", str(tmp_path), timeout=900)  # fmt: skip
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "replayed CUDA graph" in result.stdout and "op by op" not in result.stdout + result.stderr
+    (run_dir,) = pathlib.Path(tmp_path).glob("*/*")
+    lines = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert len(lines) == 4 and lines[-1]["Perf/gradient_steps"] > 0
+    report = tmp_path / "eval.json"
+    result = run_cli(sys.executable, "-m", "mjfleet.cli.play", "Cartpole-Balance", "--checkpoint",
+                     str(run_dir / "model_4.pt"), "--episodes", "8", "--output", str(report), timeout=900)  # fmt: skip
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert json.loads(report.read_text())

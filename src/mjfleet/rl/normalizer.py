@@ -43,7 +43,8 @@ def update_normalizer(
     delta_mean = mean_x - norm._mean
     norm._mean += rate * delta_mean
     norm._var += rate * (var_x - norm._var + delta_mean * (mean_x - norm._mean))
-    norm._std = torch.sqrt(norm._var)
+    # in place (rsl_rl assigns a new tensor): a recorded CUDA graph reads the buffer it saw when recorded
+    torch.sqrt(norm._var, out=norm._std)
 
 
 def update_model_normalizer(model, obs, sum_across_workers: Callable[[torch.Tensor], None] | None) -> None:

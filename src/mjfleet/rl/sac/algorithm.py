@@ -14,15 +14,19 @@ implementations commonly do.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import torch
 
+from mjfleet.errors import first_line
 from mjfleet.rl.normalizer import update_normalizer
 from mjfleet.rl.reduce import Reducer
 from mjfleet.rl.sac.config import SACConfig
 from mjfleet.rl.sac.networks import SquashedGaussianActor, TargetCritic, TwinCritic
 from mjfleet.rl.sac.replay import Batch, ReplayBuffer
+
+log = logging.getLogger(__name__)
 
 ALGORITHM = "sac"
 """What a SAC checkpoint says it is (`state["algorithm"]`): `play` and `--resume` read it."""
@@ -87,6 +91,9 @@ class FleetSAC:
         self._action_std = torch.zeros(action_dim, device=device)
         self._mean_q = 0.0
         self._gradient_steps = 0
+        self.capture = settings.capture_update and torch.device(device).type == "cuda"
+        """Replay each gradient step's gradients as a recorded CUDA graph (`mjfleet.rl.sac.cuda_graph`)."""
+        self.graph = None
 
     # ----------------------------------------------------------- runner API
     @property
@@ -136,6 +143,8 @@ class FleetSAC:
         parts = [
             f"SAC: {self.cfg.updates_per_step:g} gradient steps per env step, batch {self.cfg.batch_size}"
         ]
+        if self.capture:
+            parts.append("each step's gradients a replayed CUDA graph")
         if self.reducer is None:
             parts.append("one worker, nothing averaged")
         else:
@@ -212,7 +221,7 @@ class FleetSAC:
         sums = torch.zeros(5, device=self.device)  # critic, actor, alpha losses, entropy, mean Q
         for _ in range(num_updates):
             batch = self.buffer.sample(self.cfg.batch_size, self.cfg.n_step, self.cfg.gamma)
-            sums += self.gradient_step(batch)
+            sums += self.gradient_step(batch, self.draw_noise(self.cfg.batch_size))
         critic, actor, alpha, entropy, self._mean_q = (sums / max(num_updates, 1)).tolist()
         return {"critic": critic, "actor": actor, "alpha": alpha, "entropy": entropy}
 
@@ -229,11 +238,35 @@ class FleetSAC:
         if self.critic.obs_normalization:
             update_normalizer(self.critic.obs_normalizer, buffer.critic_obs[rows].flatten(0, 1), sync)
 
-    def gradient_step(self, batch: Batch) -> torch.Tensor:
+    def draw_noise(self, batch_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The policy's standard-normal draws for a step's next and current observations. Drawn before the
+        gradients on both paths, so a recorded step consumes the random stream as a plain one does."""
+        return tuple(torch.randn(2, batch_size, self.actor.action_dim, device=self.device).unbind(0))
+
+    def gradient_step(self, batch: Batch, noise: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
         """One averaged step of the critics, the actor and the temperature; returns the detached losses."""
-        grads = self.compute_gradients(batch)
+        terms = self.gradients(batch, noise)
         self.apply_gradients()
-        return grads
+        return terms
+
+    def gradients(self, batch: Batch, noise: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+        """`compute_gradients`, replayed from a recorded CUDA graph where `capture` is on; a failed recording
+        warns once and goes on op by op (compute_gradients zeroes the gradients first, so nothing half-written
+        survives)."""
+        if self.capture:
+            try:
+                if self.graph is None or self.graph.batch.obs.shape != batch.obs.shape:
+                    from mjfleet.rl.sac.cuda_graph import GraphedGradients
+
+                    self.graph = None
+                    self.graph = GraphedGradients(batch, noise, self.compute_gradients)
+                return self.graph.run(batch, noise)
+            except Exception as exc:  # an optimisation: go on op by op, loudly, once
+                torch.cuda.synchronize(self.device)
+                self.capture, self.graph = False, None
+                log.warning("the SAC gradient step could not be recorded as a CUDA graph (%s); op by op",
+                            first_line(exc))  # fmt: skip
+        return self.compute_gradients(batch, noise)
 
     def compute_gradients(
         self, batch: Batch, noise: tuple[torch.Tensor, torch.Tensor] | None = None

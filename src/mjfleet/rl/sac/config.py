@@ -63,6 +63,10 @@ class SACConfig:
     """Actions are squashed into [-action_bound, action_bound] (tanh of a Gaussian sample, scaled). 0: the
     environment's own bounds (`action_bounds()`: the joint limits around the default pose for locomotion tasks,
     else the clip range)."""
+    capture_update: bool = True
+    """On CUDA: record one gradient step's gradients (actor, twin critics and temperature, forward and backward) as
+    a CUDA graph and replay it for every step; batches, noise, averaging and the optimizer step stay outside, so
+    the steps are those of the plain path with far fewer kernel launches."""
     gradient_reducer: Literal["auto", "all-reduce", "all-gather", "shared-memory", "none"] = "auto"
     """Several workers: how gradients are averaged after every gradient step (mjfleet.rl.reduce; as PPO's)."""
     log_std_min: float = -5.0

@@ -21,7 +21,7 @@ What a transition keeps, and why:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import torch
 
@@ -41,6 +41,10 @@ class Batch:
     bootstrap: torch.Tensor
     """gamma^k for the k steps summed, 0 where the episode terminated within them: target = returns + bootstrap
     x (min Q_target(next) - alpha log pi)."""
+
+    def tensors(self) -> tuple[torch.Tensor, ...]:
+        """The fields in declaration order (what a recorded gradient step copies into its static inputs)."""
+        return tuple(getattr(self, f.name) for f in fields(self))
 
 
 class ReplayBuffer:
