@@ -7,6 +7,9 @@
 #   bash scripts/gpu_checks.sh learn   # Quadruped-Flat 300 iterations with the defaults: does it still learn?
 #   bash scripts/gpu_checks.sh humanoid-bench   # Humanoid-Flat at 4,096 envs and where throughput saturates
 #   bash scripts/gpu_checks.sh humanoid-learn   # Humanoid-Flat: minutes to 0.5 m/s forward, error <= 0.15, <= 5% falls
+#   bash scripts/gpu_checks.sh sac-bench  # Quadruped-Flat 4,096 envs: SAC with and without the recorded step, PPO
+#   bash scripts/gpu_checks.sh sac-learn  # Quadruped-Flat: PPO, SAC and SAC with GPU-sized batches, 2.2 min each,
+#                                         # side by side on the one GPU, evaluated by play (scripts/ppo_vs_sac.py)
 #
 # Stages may be chained in one call: `bash scripts/gpu_checks.sh tests bench`. Outside the device machine $OUT
 # defaults to ./gpu-results.
@@ -51,8 +54,35 @@ for stage in "$@"; do
             --max-iterations 3000 --max-minutes 8 2>&1 | grep '^{' | tee "$out/humanoid_flat_threshold.jsonl"
         status=$((status | PIPESTATUS[0]))
         ;;
+    sac-bench)
+        for variant in capture no-capture; do
+            python3 -m mjfleet.cli.bench Quadruped-Velocity-Flat --algorithm sac --num-envs 4096 --iterations 10 \
+                --agent.sac.$variant-update --json "$out/quadruped_flat_4096_sac_${variant}.json" 2>&1 | tail -12
+            status=$((status | PIPESTATUS[0]))
+        done
+        python3 -m mjfleet.cli.bench Quadruped-Velocity-Flat --num-envs 4096 --iterations 10 \
+            --json "$out/quadruped_flat_4096_ppo.json" 2>&1 | tail -12
+        status=$((status | PIPESTATUS[0]))
+        ;;
+    sac-learn)
+        # Three runs at once: each has the GPU a third of the time, alike, so the comparison is at equal wall
+        # clock; the absolute figures are not those of a run alone.
+        logs=${TMPDIR:-/tmp}/gpu-checks-logs  # run directories: not under $OUT, which brings back 8 files
+        mkdir -p "$logs"
+        common=(Quadruped-Velocity-Flat --minutes 2.2 --seeds 1 --command 0.8 0 0 --gpu-ids 0 --save-every 1000)
+        python3 scripts/ppo_vs_sac.py "${common[@]}" --algorithms ppo --logs-root "$logs/ppo" \
+            --out "$out/learn_ppo.jsonl" >"$logs/learn_ppo.txt" 2>&1 &
+        python3 scripts/ppo_vs_sac.py "${common[@]}" --algorithms sac --logs-root "$logs/sac" \
+            --out "$out/learn_sac.jsonl" >"$logs/learn_sac.txt" 2>&1 &
+        python3 scripts/ppo_vs_sac.py "${common[@]}" --algorithms sac --logs-root "$logs/sac_gpu" \
+            --sac-flags="--agent.sac.batch-size 8192 --agent.sac.updates-per-step 2" \
+            --out "$out/learn_sac_gpu.jsonl" >"$logs/learn_sac_gpu.txt" 2>&1 &
+        for job in $(jobs -p); do wait "$job" || status=1; done
+        tail -n 8 "$logs"/learn_*.txt "$logs"/*/*.log
+        ;;
     *)
-        echo "gpu_checks.sh: unknown stage '$stage' (tests, bench, learn, humanoid-bench, humanoid-learn)" >&2
+        echo "gpu_checks.sh: unknown stage '$stage' (tests, bench, learn, humanoid-bench, humanoid-learn," \
+            "sac-bench, sac-learn)" >&2
         exit 2
         ;;
     esac

@@ -30,7 +30,9 @@ import time
 from mjfleet.evaluation import early_terminations
 from mjfleet.runs.checkpoints import read_checkpoint
 
-BIN = pathlib.Path(sys.executable).parent
+CLI = [sys.executable, "-m"]
+"""How train and play run: as modules of this interpreter (a GPU machine with the packages on PYTHONPATH has no
+console scripts)."""
 
 
 def train(args: argparse.Namespace, algorithm: str, seed: int) -> pathlib.Path:
@@ -38,7 +40,7 @@ def train(args: argparse.Namespace, algorithm: str, seed: int) -> pathlib.Path:
     name = f"{algorithm}_s{seed}_{time.strftime('%H%M%S')}"
     extra = shlex.split(args.ppo_flags if algorithm == "ppo" else args.sac_flags)
     every = str(args.save_every)
-    command = [str(BIN / "train"), args.task, "--algorithm", algorithm, "--seed", str(seed)]
+    command = [*CLI, "mjfleet.cli.train", args.task, "--algorithm", algorithm, "--seed", str(seed)]
     command += ["--run-name", name, "--logs-root", str(args.logs_root), "--max-iterations", "1000000"]
     command += [
         "--log-format",
@@ -71,7 +73,15 @@ def train(args: argparse.Namespace, algorithm: str, seed: int) -> pathlib.Path:
 def evaluate(args: argparse.Namespace, checkpoint: pathlib.Path, baselines: bool) -> dict:
     """`play` on one checkpoint: the evaluation's JSON (play --output)."""
     output = checkpoint.with_suffix(".eval.json")
-    command = [str(BIN / "play"), args.task, "--gpu-ids", args.gpu_ids, "--checkpoint", str(checkpoint)]
+    command = [
+        *CLI,
+        "mjfleet.cli.play",
+        args.task,
+        "--gpu-ids",
+        args.gpu_ids,
+        "--checkpoint",
+        str(checkpoint),
+    ]
     command += ["--episodes", str(args.episodes), "--num-envs", str(args.episodes), "--seed", "0"]
     command += ["--output", str(output)]
     command += ["--command", *map(str, args.command)] if args.command else []
