@@ -174,3 +174,21 @@ def test_the_ring_says_how_much_memory_it_holds():
     buffer = ReplayBuffer(capacity=8, num_envs=2, obs_dim=3, critic_obs_dim=5, action_dim=2, device="cpu")
     floats = 4 * 2 * (3 + 3 + 5 + 5 + 2 + 1)  # rows x envs x (obs, next, critic, next critic, action, reward)
     assert buffer.nbytes == 4 * floats + 4 * 2 * 2  # float32, and two bool flags per transition
+
+
+def test_joint_limit_bounds_are_centred_on_the_default_pose():
+    """The untrained policy's mean action, the bounds' center, must be action 0 (the locomotion tasks' default
+    pose): each joint keeps the largest range about it that its limits allow."""
+    from types import SimpleNamespace
+
+    from mjfleet.rl.sac.build import action_bounds
+
+    joint_limits = (torch.tensor([-3.5, -6.3, -4.1]), torch.tensor([3.5, 14.4, 3.7]))  # the quadruped's leg
+    env = SimpleNamespace(num_actions=3, action_bounds=lambda: joint_limits)
+    low, high = action_bounds(env, 0.0)
+    torch.testing.assert_close(high, torch.tensor([3.5, 6.3, 3.7]))
+    torch.testing.assert_close(low, -high)
+    assert torch.equal(action_bounds(env, 1.5)[1], torch.full((3,), 1.5))  # --agent.sac.action-bound wins
+    # bounds that do not contain 0 are kept as they are
+    env = SimpleNamespace(num_actions=1, action_bounds=lambda: (torch.tensor([0.5]), torch.tensor([2.0])))
+    assert [float(b) for b in action_bounds(env, 0.0)] == [0.5, 2.0]

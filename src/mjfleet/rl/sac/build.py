@@ -61,12 +61,20 @@ def build_sac(obs, env, agent: AgentConfig, ctx: WorkerContext) -> FleetSAC:
 
 def action_bounds(env, bound: float) -> tuple[torch.Tensor, torch.Tensor]:
     """(low, high) per action: +-`bound` when it is set (> 0), else the environment's `action_bounds()` (the
-    joint limits for locomotion tasks), else its clip range."""
+    joint limits for locomotion tasks) made symmetric about 0, else its clip range.
+
+    Symmetric about 0 because the policy's mean action at initialisation, tanh(0), lands on the bounds' center:
+    for the locomotion tasks action 0 is the default pose, and the center of a joint's limits is not (a thigh
+    1 rad off), so an unbounded-center policy starts by collapsing the robot. Each joint keeps the largest range
+    about its default pose that stays within its limits."""
     n = env.num_actions
     if bound > 0:
         return torch.full((n,), -bound), torch.full((n,), bound)
     if hasattr(env, "action_bounds"):
-        low, high = env.action_bounds()
-        return low.float().cpu(), high.float().cpu()
+        low, high = (b.float().cpu() for b in env.action_bounds())
+        if bool((low < 0).all() and (high > 0).all()):
+            half = torch.minimum(-low, high)
+            return -half, half
+        return low, high
     clip = float(env.cfg.clip_actions)
     return torch.full((n,), -clip), torch.full((n,), clip)
