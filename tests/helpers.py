@@ -28,6 +28,12 @@ SMALL_CARTPOLE = [
 """A short Cartpole-Balance run: 32 environments, 8-step rollouts, no dashboard, one line per iteration."""
 CARTPOLE_OPTIMIZER_STEPS_PER_ITERATION = 20
 """5 epochs x 4 mini-batches: the Cartpole agent's optimizer steps per iteration."""
+ALGORITHM_FLAGS = {
+    "ppo": [],
+    "sac": ["--algorithm", "sac", "--agent.sac.batch-size", "64", "--agent.sac.random-steps", "4"],
+}
+"""`train` flags per algorithm, for the tests of what PPO and SAC share (SAC: small batches, a one-iteration
+warm-up). A SAC run is resumed with its flags too: resuming it as PPO is an error."""
 TWO_CPU_WORKERS = ["--gpu-ids", "None", "--cpu-workers", "2", "--num-envs", "16", "--agent.num-steps-per-env", "8"]  # fmt: skip
 """2 CPU workers x 16 Cartpole environments, 8-step iterations: the smallest real data-parallel `train`."""
 

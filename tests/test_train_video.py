@@ -4,7 +4,14 @@ import os
 
 import numpy as np
 import pytest
-from helpers import CARTPOLE_EXPERIMENT, SMALL_CARTPOLE, gl_backend_or_skip, mp4_frames, run_cli
+from helpers import (
+    ALGORITHM_FLAGS,
+    CARTPOLE_EXPERIMENT,
+    SMALL_CARTPOLE,
+    gl_backend_or_skip,
+    mp4_frames,
+    run_cli,
+)
 
 EXPERIMENT = CARTPOLE_EXPERIMENT
 SMALL = SMALL_CARTPOLE
@@ -31,11 +38,12 @@ def test_train_video_errors_are_one_line_with_exit_status_2(args, needle, tmp_pa
     assert not (tmp_path / "logs").exists()
 
 
-def test_train_video_records_env_0_every_interval_iterations(tmp_path):
+@pytest.mark.parametrize("algorithm", sorted(ALGORITHM_FLAGS))
+def test_train_video_records_env_0_every_interval_iterations(algorithm, tmp_path):
     """4 iterations of 8 steps, --video-interval 2 --video-length 8: one rollout each at iterations 0 and 2."""
     gl = gl_backend_or_skip()
     result = run_cli(
-        "train", "Cartpole-Balance", "--gpu-ids", "None", *SMALL, "--max-iterations", "4",
+        "train", "Cartpole-Balance", "--gpu-ids", "None", *SMALL, *ALGORITHM_FLAGS[algorithm], "--max-iterations", "4",
         "--video", "--video-interval", "2", "--video-length", "8", "--video-width", "96", "--video-height", "64",
         cwd=tmp_path, env={"MUJOCO_GL": gl}, check=True,
     )  # fmt: skip

@@ -7,6 +7,7 @@ import sys
 
 import pytest
 from helpers import (
+    ALGORITHM_FLAGS,
     CARTPOLE_EXPERIMENT,
     NO_GL,
     SMALL_CARTPOLE,
@@ -22,31 +23,32 @@ SMALL = SMALL_CARTPOLE
 WANDB_OFFLINE = {"WANDB_MODE": "offline", "WANDB_SILENT": "true"}
 
 
-@pytest.fixture(scope="module")
-def wandb_run(tmp_path_factory):
-    """A 2-iteration Cartpole run logged to an offline wandb run with --wandb-upload-checkpoints (and --video
-    where headless GL works): (workdir, run dir, wandb run dir, train's result)."""
+@pytest.fixture(scope="module", params=sorted(ALGORITHM_FLAGS))
+def wandb_run(request, tmp_path_factory):
+    """A 2-iteration Cartpole run (PPO, then SAC) logged to an offline wandb run with --wandb-upload-checkpoints
+    (and --video where headless GL works): (workdir, run dir, wandb run dir, train's result, algorithm flags)."""
     pytest.importorskip(
         "wandb", reason="needs the wandb extra: `uv sync --extra wandb` (.ci/run installs it)"
     )
     from mjfleet.runs.video import working_gl_backend
 
-    cwd = tmp_path_factory.mktemp("wandb")
+    algorithm = ALGORITHM_FLAGS[request.param]
+    cwd = tmp_path_factory.mktemp(f"wandb_{request.param}")
     gl = os.environ.get("MUJOCO_GL") or working_gl_backend()
     video = ["--video", "--video-interval", "1", "--video-length", "4", "--video-width", "64"] if gl else []
     result = run_cli(
         "train", "Cartpole-Balance", "--gpu-ids", "None", *SMALL[:4], "--max-iterations", "2",
         "--logger", "wandb", "--wandb-project", "mjfleet-test", "--wandb-upload-checkpoints",
-        "--save-interval", "1", *video,
+        "--save-interval", "1", *video, *algorithm,
         cwd=cwd, env={**WANDB_OFFLINE, **({"MUJOCO_GL": gl} if gl else {})}, check=True,
     )  # fmt: skip
     (run_dir,) = (cwd / "logs" / EXPERIMENT).iterdir()
     (offline,) = (run_dir / "wandb").glob("offline-run-*")
-    return cwd, run_dir, offline, result
+    return cwd, run_dir, offline, result, algorithm
 
 
 def test_wandb_offline_logs_metrics_uploads_checkpoints_and_keeps_them_in_the_runs_files(wandb_run):
-    _, run_dir, offline, _ = wandb_run
+    _, run_dir, offline, *_ = wandb_run
     assert list(offline.glob("*.wandb"))
     assert [it for it, _ in checkpoints_in(offline / "files")] == [1, 2]
     for it in (1, 2):
@@ -56,7 +58,7 @@ def test_wandb_offline_logs_metrics_uploads_checkpoints_and_keeps_them_in_the_ru
 
 
 def test_wandb_gets_the_training_videos(wandb_run):
-    _, run_dir, offline, _ = wandb_run
+    _, run_dir, offline, *_ = wandb_run
     if not (run_dir / "videos").is_dir():
         pytest.skip(NO_GL)
     assert sorted(v.name for v in (run_dir / "videos").iterdir()) == ["train_0.mp4", "train_1.mp4"]
@@ -65,7 +67,7 @@ def test_wandb_gets_the_training_videos(wandb_run):
 
 
 def test_play_takes_the_checkpoint_from_a_wandb_runs_local_files(wandb_run):
-    cwd, run_dir, offline, _ = wandb_run
+    cwd, run_dir, offline, *_ = wandb_run
     run_id = offline.name.rsplit("-", 1)[1]
     (run_dir / "model_2.pt").unlink()  # only the wandb run's copy is left to find
     run_cli("play", "Cartpole-Balance", "--gpu-ids", "None", "--num-envs", "4", "--episodes", "4",
@@ -76,8 +78,8 @@ def test_play_takes_the_checkpoint_from_a_wandb_runs_local_files(wandb_run):
 
 
 def test_resume_from_a_wandb_run_directory_continues_its_latest_checkpoint(wandb_run):
-    cwd, run_dir, offline, _ = wandb_run
-    result = run_cli("train", "Cartpole-Balance", "--gpu-ids", "None", *SMALL, "--max-iterations", "3",
+    cwd, run_dir, offline, _, algorithm = wandb_run
+    result = run_cli("train", "Cartpole-Balance", "--gpu-ids", "None", *SMALL, *algorithm, "--max-iterations", "3",
                      "--wandb-run-path", str(offline), cwd=cwd, env=WANDB_OFFLINE, check=True)  # fmt: skip
     assert f"resuming from {(offline / 'files' / 'model_2.pt').resolve()} (iteration 2" in result.stdout
     (resumed,) = [r for r in (cwd / "logs" / EXPERIMENT).iterdir() if r != run_dir]
