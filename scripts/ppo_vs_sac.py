@@ -155,11 +155,13 @@ def main() -> None:
                     for name, baseline in (result.get("baselines") or {}).items():
                         emit(args, {"task": args.task, "algorithm": name, **summary(baseline, args.metric)})
 
-    header = f"{'algorithm':<10}{'seed':>5}{'iteration':>10}{'env steps':>13}{args.metric:>15}{'return':>9}"
-    print(f"\n{header}{'falls':>7}")
+    both = args.metric != "mean_return"  # the return's own column, unless it is the metric
+    header = f"{'algorithm':<10}{'seed':>5}{'iteration':>10}{'env steps':>13}{args.metric:>15}"
+    print(f"\n{header}{'return':>9}{'falls':>7}" if both else f"\n{header}{'falls':>7}")
     for row in finals:
+        ret = f"{row['mean_return']:>9.2f}" if both else ""
         print(f"{row['algorithm']:<10}{row['seed']:>5}{row['iteration']:>10}{row['env_steps']:>13,}"
-              f"{row[args.metric]:>15.4f}{row['mean_return']:>9.2f}{row['ended_early']:>4}/{row['episodes_ended']}")  # fmt: skip
+              f"{row[args.metric]:>15.4f}{ret}{row['ended_early']:>4}/{row['episodes_ended']}")  # fmt: skip
 
 
 if __name__ == "__main__":
