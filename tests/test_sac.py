@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from mjfleet.rl.sac.replay import ReplayBuffer, n_step_targets
@@ -192,3 +193,19 @@ def test_joint_limit_bounds_are_centred_on_the_default_pose():
     # bounds that do not contain 0 are kept as they are
     env = SimpleNamespace(num_actions=1, action_bounds=lambda: (torch.tensor([0.5]), torch.tensor([2.0])))
     assert [float(b) for b in action_bounds(env, 0.0)] == [0.5, 2.0]
+
+
+def test_init_std_sets_the_actors_starting_spread_in_every_state():
+    from mjfleet.errors import UsageError
+    from mjfleet.rl.sac import SACConfig
+    from mjfleet.rl.sac.networks import SquashedGaussianActor
+
+    bounds = (-torch.ones(3), torch.ones(3))
+    torch.manual_seed(0)
+    actor = SquashedGaussianActor(4, 3, (16,), "elu", bounds, obs_normalization=False, init_std=0.05)
+    _, log_std = actor.distribution(torch.randn(64, 4) * 3)
+    torch.testing.assert_close(log_std.exp(), torch.full((64, 3), 0.05))
+    _, default = SquashedGaussianActor(4, 3, (16,), "elu", bounds, False).distribution(torch.randn(64, 4))
+    assert default.exp().std() > 0  # without it the spread depends on the state from the start
+    with pytest.raises(UsageError, match="init-std"):
+        SACConfig(init_std=10.0).check(num_envs=4)

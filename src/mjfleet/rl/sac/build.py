@@ -37,6 +37,7 @@ def build_sac(obs, env, agent: AgentConfig, ctx: WorkerContext) -> FleetSAC:
         bounds,
         cfg.obs_normalization,
         (cfg.log_std_min, cfg.log_std_max),
+        init_std=cfg.init_std,
     ).to(device)
     critic = TwinCritic(
         obs[critic_group].shape[-1],

@@ -8,6 +8,7 @@ time-outs but not through terminations, observation normalisation and a random-a
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Literal
 
@@ -72,6 +73,10 @@ class SACConfig:
     log_std_min: float = -5.0
     log_std_max: float = 2.0
     """The actor's log standard deviation is squashed into [min, max]: no collapse, no runaway exploration."""
+    init_std: float | None = None
+    """The actor's pre-squash standard deviation at the start, in every state (its output layer's log-std half
+    initialised to it); None: what the network's random initialisation gives (about 0.22). A small one lets
+    wide action bounds start near the default pose (RSL-RL-SAC's choice); the temperature then grows it."""
 
     def check(self, num_envs: int) -> None:
         """UsageError (one line) for settings no SAC run can use."""
@@ -93,6 +98,12 @@ class SACConfig:
         if not 0.0 < self.tau <= 1.0 or not 0.0 < self.gamma <= 1.0:
             raise UsageError(
                 f"--agent.sac.tau and --agent.sac.gamma must be in (0, 1], got {self.tau}, {self.gamma}"
+            )
+        if self.init_std is not None and not math.exp(self.log_std_min) < self.init_std < math.exp(
+            self.log_std_max
+        ):
+            raise UsageError(
+                f"--agent.sac.init-std must be between exp(log-std-min) and exp(log-std-max), got {self.init_std}"
             )
         if self.updates_per_step < 0 or self.random_steps < 0 or self.init_alpha <= 0:
             raise UsageError(

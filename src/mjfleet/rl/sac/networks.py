@@ -32,6 +32,7 @@ class SquashedGaussianActor(nn.Module):
         obs_normalization: bool,
         log_std_range: tuple[float, float] = (-5.0, 2.0),
         obs_group: str = "actor",
+        init_std: float | None = None,
     ) -> None:
         super().__init__()
         self.obs_group = obs_group
@@ -46,6 +47,20 @@ class SquashedGaussianActor(nn.Module):
         self.register_buffer("action_center", (high + low) / 2)
         self.register_buffer("action_half_range", (high - low) / 2)
         self.log_std_min, self.log_std_max = log_std_range
+        if init_std is not None:
+            self._start_at_std(init_std)
+
+    @torch.no_grad()
+    def _start_at_std(self, std: float) -> None:
+        """Initialise the output layer's log-std half to give `std` (pre-squash) in every state: weights 0, the
+        bias the inverse of `distribution`'s squashing."""
+        span = self.log_std_max - self.log_std_min
+        inside = 2.0 * (math.log(std) - self.log_std_min) / span - 1.0
+        if not -1.0 < inside < 1.0:
+            raise ValueError(f"init_std {std} is outside exp(log_std_min), exp(log_std_max)")
+        out = self.mlp[-1]
+        out.weight[self.action_dim :].zero_()
+        out.bias[self.action_dim :].fill_(math.atanh(inside))
 
     def distribution(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(mean, log std) of the pre-squash Gaussian for raw observations `x`."""
