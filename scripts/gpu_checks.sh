@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # The checks a session with a lent GPU machine runs, grouped so that each stage fits one `run` call (10 minutes)
 # and writes its results under $OUT (../shared/GPU.md: install first, then PYTHONPATH=/tmp/site:$PWD/src).
+# The 2-worker test needs torchrunx's paramiko, hence cryptography: fetch the wheels with
+# `bash ../shared/gpu/fetch-wheels.sh cryptography cffi pycparser`.
 #
 #   bash scripts/gpu_checks.sh tests   # tests/test_cuda.py: graph replay == op by op, no host sync, TF32, train
 #   bash scripts/gpu_checks.sh bench   # Quadruped-Flat 4,096 envs (the GPU target), TF32 on/off alternating
