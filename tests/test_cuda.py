@@ -44,6 +44,19 @@ def make_training(task: str, num_envs: int = 256, algorithm: str = "ppo"):
     return env, runner, runner.alg
 
 
+def assert_collects_without_host_syncs(alg, env):
+    """10 rollout steps after 3 of warm-up (lazy allocations, first-call paths) in which no torch call waits for
+    the GPU; the env steps as one replayed graph."""
+    obs = collect(alg, env, env.get_observations(), 3)
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        collect(alg, env, obs, 10)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert env.step_is_graph
+
+
 def collect(alg, env, obs, steps: int):
     """`steps` rollout steps (policy inference, env step, storage) in inference mode; returns the last observations."""
     with torch.inference_mode():
@@ -100,14 +113,7 @@ def test_graph_replayed_env_steps_agree_with_op_by_op_steps_on_cuda(task):
 def test_collection_loop_never_synchronises_with_the_host(task):
     """Policy inference + env step + storage: no torch call in the loop waits for the GPU."""
     env, _, alg = make_training(task)
-    obs = collect(alg, env, env.get_observations(), 3)  # warm up (lazy allocations, first-call paths)
-    torch.cuda.synchronize()
-    torch.cuda.set_sync_debug_mode("error")
-    try:
-        collect(alg, env, obs, 10)
-    finally:
-        torch.cuda.set_sync_debug_mode("default")
-    assert env.step_is_graph
+    assert_collects_without_host_syncs(alg, env)
     assert torch.isfinite(alg.storage.rewards[: alg.storage.step]).all()
 
 
@@ -232,14 +238,7 @@ def test_sac_collection_loop_never_synchronises_with_the_host(task):
     """SAC's rollout step (the policy's sample, env step, the replay buffer's write) waits for nothing either."""
     env, _, alg = make_training(task, algorithm="sac")
     alg.env_steps = alg.cfg.random_steps  # past the warm-up: the policy acts
-    obs = collect(alg, env, env.get_observations(), 3)
-    torch.cuda.synchronize()
-    torch.cuda.set_sync_debug_mode("error")
-    try:
-        collect(alg, env, obs, 10)
-    finally:
-        torch.cuda.set_sync_debug_mode("default")
-    assert env.step_is_graph
+    assert_collects_without_host_syncs(alg, env)
     assert alg.buffer.size == 13 and torch.isfinite(alg.buffer.rewards[:13]).all()
 
 

@@ -46,7 +46,8 @@ class CapturedFunction:
         self.graph = torch.cuda.CUDAGraph()
         stream = torch.cuda.Stream(device=device)
         wp_device = wp.get_device(str(device))
-        # Kept with the graph: its replays write into this pool's memory (allocations after warp resumed the capture).
+        # Kept with the graph: its replays write into this pool's memory (what is allocated after warp resumes
+        # the capture).
         self.pool = torch.cuda.MemPool() if hasattr(torch.cuda, "use_mem_pool") else None
         with (
             torch.cuda.device(device),

@@ -73,7 +73,7 @@ def action_bounds(env, bound: float) -> tuple[torch.Tensor, torch.Tensor]:
         return torch.full((n,), -bound), torch.full((n,), bound)
     if hasattr(env, "action_bounds"):
         low, high = (b.float().cpu() for b in env.action_bounds())
-        if bool((low < 0).all() and (high > 0).all()):
+        if (low < 0).all() and (high > 0).all():
             half = torch.minimum(-low, high)
             return -half, half
         return low, high

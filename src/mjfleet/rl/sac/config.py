@@ -99,9 +99,8 @@ class SACConfig:
             raise UsageError(
                 f"--agent.sac.tau and --agent.sac.gamma must be in (0, 1], got {self.tau}, {self.gamma}"
             )
-        if self.init_std is not None and not math.exp(self.log_std_min) < self.init_std < math.exp(
-            self.log_std_max
-        ):
+        std_range = math.exp(self.log_std_min), math.exp(self.log_std_max)
+        if self.init_std is not None and not std_range[0] < self.init_std < std_range[1]:
             raise UsageError(
                 f"--agent.sac.init-std must be between exp(log-std-min) and exp(log-std-max), got {self.init_std}"
             )

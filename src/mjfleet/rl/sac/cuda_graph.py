@@ -14,10 +14,8 @@ from collections.abc import Callable
 
 import torch
 
+from mjfleet.rl.fast.cuda_graph import record
 from mjfleet.rl.sac.replay import Batch
-
-WARMUP_RUNS = 3
-"""Runs on a side stream before recording (PyTorch's recipe: lazy initialisation happens outside the capture)."""
 
 
 class GraphedGradients:
@@ -29,18 +27,9 @@ class GraphedGradients:
         noise: tuple[torch.Tensor, torch.Tensor],
         gradients: Callable[[Batch, tuple[torch.Tensor, torch.Tensor]], torch.Tensor],
     ) -> None:
-        device = batch.obs.device
         self.batch = Batch(*(t.clone() for t in batch.tensors()))
         self.noise = tuple(t.clone() for t in noise)
-        side = torch.cuda.Stream(device=device)
-        side.wait_stream(torch.cuda.current_stream(device))
-        with torch.cuda.stream(side):
-            for _ in range(WARMUP_RUNS):
-                gradients(self.batch, self.noise)
-        torch.cuda.current_stream(device).wait_stream(side)
-        self.graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self.graph, stream=side):
-            self.terms = gradients(self.batch, self.noise)
+        self.graph, self.terms = record(lambda: gradients(self.batch, self.noise), batch.obs.device)
 
     def run(self, batch: Batch, noise: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
         """Gradients of `batch` with the policy's draws `noise`; the loss terms (a tensor the graph rewrites)."""

@@ -53,11 +53,9 @@ class SquashedGaussianActor(nn.Module):
     @torch.no_grad()
     def _start_at_std(self, std: float) -> None:
         """Initialise the output layer's log-std half to give `std` (pre-squash) in every state: weights 0, the
-        bias the inverse of `distribution`'s squashing."""
+        bias the inverse of `distribution`'s squashing (SACConfig.check keeps `std` inside its range)."""
         span = self.log_std_max - self.log_std_min
         inside = 2.0 * (math.log(std) - self.log_std_min) / span - 1.0
-        if not -1.0 < inside < 1.0:
-            raise ValueError(f"init_std {std} is outside exp(log_std_min), exp(log_std_max)")
         out = self.mlp[-1]
         out.weight[self.action_dim :].zero_()
         out.bias[self.action_dim :].fill_(math.atanh(inside))
