@@ -209,3 +209,43 @@ def test_init_std_sets_the_actors_starting_spread_in_every_state():
     assert default.exp().std() > 0  # without it the spread depends on the state from the start
     with pytest.raises(UsageError, match="init-std"):
         SACConfig(init_std=10.0).check(num_envs=4)
+
+
+def test_layer_normed_critics_keep_their_features_bounded_whatever_the_input_scale():
+    from mjfleet.rl.sac.networks import TwinCritic
+
+    torch.manual_seed(0)
+    obs, actions = torch.randn(32, 6), torch.rand(32, 2) * 2 - 1
+    for layer_norm in (False, True):
+        critic = TwinCritic(6, 2, (32, 32), "elu", obs_normalization=False, layer_norm=layer_norm)
+        with torch.no_grad():
+            small, large = (critic(obs * scale, actions)[0].abs().max() for scale in (1.0, 1e4))
+        if layer_norm:
+            # every hidden layer's activations are normalised, so the output is bounded by the last layer's weights
+            last = critic.q1[-1]
+            bound = last.weight.abs().sum() * 32**0.5 + last.bias.abs()
+            assert large <= bound
+        else:
+            assert large > 100 * small
+
+
+def test_weight_decay_shrinks_the_networks_weights_and_leaves_the_temperature_alone():
+    from mjfleet.errors import UsageError
+    from mjfleet.rl.sac import SACConfig
+    from mjfleet.rl.sac.algorithm import FleetSAC
+    from mjfleet.rl.sac.networks import SquashedGaussianActor, TwinCritic
+
+    settings = SACConfig(weight_decay=0.5, actor_learning_rate=0.1, critic_learning_rate=0.1)
+    bounds = (-torch.ones(2), torch.ones(2))
+    actor = SquashedGaussianActor(3, 2, (8,), "elu", bounds, obs_normalization=False)
+    critic = TwinCritic(3, 2, (8,), "elu", obs_normalization=False)
+    alg = FleetSAC(actor, critic, ReplayBuffer(64, 4, 3, 3, 2, "cpu"), settings, "cpu")
+    before = [p.detach().clone() for p in (*critic.parameters(), *actor.parameters(), alg.log_alpha)]
+    alg.flat_grad.zero_()  # no gradient: Adam's step is zero and only the decay moves a weight
+    alg.optimizer.step()
+    after = [*critic.parameters(), *actor.parameters(), alg.log_alpha]
+    for old, new in zip(before[:-1], after[:-1], strict=True):
+        torch.testing.assert_close(new, old * (1 - 0.1 * 0.5))
+    torch.testing.assert_close(after[-1], before[-1])
+    with pytest.raises(UsageError, match="weight-decay"):
+        SACConfig(weight_decay=-1.0).check(num_envs=4)

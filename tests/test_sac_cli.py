@@ -100,19 +100,32 @@ def test_bench_times_sac_iterations_and_their_gradient_steps(tmp_path):
 
 
 def test_sigint_saves_a_sac_checkpoint_and_its_resume_command_keeps_sac_and_refills_the_buffer(tmp_path):
-    proc = start_train(tmp_path, *SAC_SMALL, "--max-iterations", "1000", "--save-interval", "100")
+    # With layer-normed critics and weight decay, so that their parameters and AdamW's state go round the trip too.
+    stabilised = ["--agent.sac.critic-layer-norm", "--agent.sac.weight-decay", "0.001"]
+    proc = start_train(
+        tmp_path, *SAC_SMALL, *stabilised, "--max-iterations", "1000", "--save-interval", "100"
+    )
     run_dir = wait_for_iterations(proc, tmp_path, 3)
     _, err = interrupt(proc)
     assert proc.returncode == 128 + signal.SIGINT, err
     last = iterations_in(run_dir)[-1] + 1
     state = torch.load(run_dir / f"model_{last}.pt", weights_only=True)
     assert state["algorithm"] == "sac" and state["iter"] == last
+    critic = state["critic_state_dict"]
+    assert (
+        critic["q1.1.weight"].shape == critic["q1.0.bias"].shape
+    )  # a LayerNorm after the first hidden layer
+    assert state["optimizer_state_dict"]["param_groups"][0]["weight_decay"] == 0.001
     words = resume_hint(err)
     assert words[words.index("--algorithm") + 1] == "sac"
 
     # The printed command resumes it as SAC: the buffer was not saved, so it warms up again; numbering continues.
-    resumed = run_cli(*words, "--max-iterations", str(last + 1), cwd=tmp_path, check=True)
+    # A setting given again wins over the checkpoint's optimizer state.
+    more = ["--max-iterations", str(last + 1), "--agent.sac.weight-decay", "0.002"]
+    resumed = run_cli(*words, *more, cwd=tmp_path, check=True)
     assert "replay buffer starts empty; warm-up 4 steps" in resumed.stdout
     (new_run,) = [p for p in _run_dirs(tmp_path) if p != run_dir]
     assert [r["iteration"] for r in metrics(new_run)] == [last]
-    assert torch.load(new_run / f"model_{last + 1}.pt", weights_only=True)["algorithm"] == "sac"
+    state = torch.load(new_run / f"model_{last + 1}.pt", weights_only=True)
+    assert state["algorithm"] == "sac"
+    assert [g["weight_decay"] for g in state["optimizer_state_dict"]["param_groups"]] == [0.002, 0.002, 0.0]

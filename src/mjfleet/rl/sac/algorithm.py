@@ -77,8 +77,16 @@ class FleetSAC:
         }
         if not settings.auto_alpha:
             learning_rates["alpha"] = 0.0
-        self.optimizer = torch.optim.Adam(
-            [{"params": params, "lr": learning_rates[name]} for name, params in self.groups.items()],
+        # AdamW with weight_decay 0 is Adam; the temperature is never decayed.
+        self._group_settings = [
+            {"lr": learning_rates[name], "weight_decay": settings.weight_decay if name != "alpha" else 0.0}
+            for name in self.groups
+        ]
+        self.optimizer = torch.optim.AdamW(
+            [
+                {"params": params, **group}
+                for params, group in zip(self.groups.values(), self._group_settings, strict=True)
+            ],
             fused=True,
         )
         self.reducer = reducer
@@ -347,4 +355,7 @@ class FleetSAC:
         with torch.no_grad():
             self.log_alpha.copy_(loaded["log_alpha"])
         self.optimizer.load_state_dict(loaded["optimizer_state_dict"])
+        # The moments are the checkpoint's; learning rates and decay are this run's settings (its flags win).
+        for group, settings in zip(self.optimizer.param_groups, self._group_settings, strict=True):
+            group.update(settings)
         return True

@@ -45,6 +45,7 @@ def build_sac(obs, env, agent: AgentConfig, ctx: WorkerContext) -> FleetSAC:
         cfg.critic_hidden_dims,
         cfg.activation,
         cfg.obs_normalization,
+        layer_norm=cfg.critic_layer_norm,
     ).to(device)
     buffer = ReplayBuffer(
         cfg.buffer_size,

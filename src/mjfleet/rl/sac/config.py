@@ -54,6 +54,13 @@ class SACConfig:
     critic_hidden_dims: tuple[int, ...] = (256, 256)
     activation: str = "elu"
     """Hidden-layer activation of actor and critics (torch.nn name, lower case: elu, relu, tanh, silu)."""
+    critic_layer_norm: bool = False
+    """A LayerNorm after every hidden linear layer of the critics (before the activation). It bounds the critics'
+    features, which many gradient steps on large batches and bootstrapped targets otherwise let drift (the critics
+    of FastTD3 / FastSAC use it)."""
+    weight_decay: float = 0.0
+    """Decoupled weight decay (AdamW) of the actor's and critics' weights, per optimizer step; not the temperature.
+    Keeps the weights small under a high update-to-data ratio (FastSAC uses 0.001). 0: plain Adam."""
     obs_normalization: bool = True
     """Normalise actor and critic inputs with running mean/std, learnt from every iteration's new observations
     and averaged across workers (rsl_rl's EmpiricalNormalization). The buffer keeps raw observations."""
@@ -104,6 +111,8 @@ class SACConfig:
             raise UsageError(
                 f"--agent.sac.init-std must be between exp(log-std-min) and exp(log-std-max), got {self.init_std}"
             )
+        if self.weight_decay < 0:
+            raise UsageError(f"--agent.sac.weight-decay must be >= 0, got {self.weight_decay}")
         if self.updates_per_step < 0 or self.random_steps < 0 or self.init_alpha <= 0:
             raise UsageError(
                 "--agent.sac.updates-per-step and --agent.sac.random-steps must be >= 0 and "

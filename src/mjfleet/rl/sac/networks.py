@@ -11,11 +11,23 @@ import math
 
 import torch
 from rsl_rl.modules import MLP, EmpiricalNormalization
+from rsl_rl.utils import resolve_nn_activation
 from torch import nn
 
 
 def _normaliser(dim: int, enabled: bool) -> nn.Module:
     return EmpiricalNormalization(dim) if enabled else nn.Identity()
+
+
+def q_network(input_dim: int, hidden_dims: tuple[int, ...], activation: str, layer_norm: bool) -> nn.Module:
+    """input -> Q: rsl_rl's MLP, or with `layer_norm` one that normalises each hidden layer before its activation."""
+    if not layer_norm:
+        return MLP(input_dim, 1, list(hidden_dims), activation)
+    layers: list[nn.Module] = []
+    for width in hidden_dims:
+        layers += [nn.Linear(input_dim, width), nn.LayerNorm(width), resolve_nn_activation(activation)]
+        input_dim = width
+    return nn.Sequential(*layers, nn.Linear(input_dim, 1))
 
 
 class SquashedGaussianActor(nn.Module):
@@ -162,12 +174,13 @@ class TwinCritic(nn.Module):
         hidden_dims: tuple[int, ...],
         activation: str,
         obs_normalization: bool,
+        layer_norm: bool = False,
     ) -> None:
         super().__init__()
         self.obs_normalization = obs_normalization
         self.obs_normalizer = _normaliser(obs_dim, obs_normalization)
-        self.q1 = MLP(obs_dim + action_dim, 1, list(hidden_dims), activation)
-        self.q2 = MLP(obs_dim + action_dim, 1, list(hidden_dims), activation)
+        self.q1 = q_network(obs_dim + action_dim, hidden_dims, activation, layer_norm)
+        self.q2 = q_network(obs_dim + action_dim, hidden_dims, activation, layer_norm)
 
     def forward(self, x: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(Q1, Q2), each of shape (batch,), for raw observations `x`."""
