@@ -12,6 +12,8 @@
 #   bash scripts/gpu_checks.sh sac-bench  # Quadruped-Flat 4,096 envs: SAC with and without the recorded step, PPO
 #   bash scripts/gpu_checks.sh sac-learn  # Quadruped-Flat: PPO, SAC and SAC with GPU-sized batches, 2.2 min each,
 #                                         # side by side on the one GPU, evaluated by play (scripts/ppo_vs_sac.py)
+#   bash scripts/gpu_checks.sh sac-sweep  # Quadruped-Flat: PPO and two SAC recipes at the published FastSAC scale
+#                                         # (many gradient steps per env step, stabilised critics), 3 min each
 #
 # Stages may be chained in one call: `bash scripts/gpu_checks.sh tests bench`. Outside the device machine $OUT
 # defaults to ./gpu-results.
@@ -82,9 +84,29 @@ for stage in "$@"; do
         for job in $(jobs -p); do wait "$job" || status=1; done
         tail -n 8 "$logs"/learn_*.txt "$logs"/*/*.log
         ;;
+    sac-sweep)
+        # What the 2-core CPU cannot afford (docs/sac.md): each transition sampled ~64 times (1,024 envs, 4
+        # gradient steps of 16,384 per env step, as FastTD3's Go1 recipe samples 256), layer-normed critics,
+        # weight decay, entropy target 0; once with the +-1 bounds, once with +-4 (PPO's first spread).
+        logs=${TMPDIR:-/tmp}/gpu-checks-logs
+        mkdir -p "$logs"
+        common=(Quadruped-Velocity-Flat --minutes 3 --seeds 1 --command 0.8 0 0 --gpu-ids 0 --save-every 1000)
+        recipe="--num-envs 1024 --agent.sac.batch-size 16384 --agent.sac.updates-per-step 4 --agent.sac.tau 0.1"
+        recipe="$recipe --agent.sac.critic-layer-norm --agent.sac.weight-decay 0.001"
+        recipe="$recipe --agent.sac.target-entropy-per-action 0 --agent.sac.log-std-max 0"
+        python3 scripts/ppo_vs_sac.py "${common[@]}" --algorithms ppo --logs-root "$logs/sweep_ppo" \
+            --out "$out/sweep_ppo.jsonl" >"$logs/sweep_ppo.txt" 2>&1 &
+        python3 scripts/ppo_vs_sac.py "${common[@]}" --algorithms sac --logs-root "$logs/sweep_b1" \
+            --sac-flags="$recipe" --out "$out/sweep_sac_bound1.jsonl" >"$logs/sweep_b1.txt" 2>&1 &
+        python3 scripts/ppo_vs_sac.py "${common[@]}" --algorithms sac --logs-root "$logs/sweep_b4" \
+            --sac-flags="$recipe --agent.sac.action-bound 4" --out "$out/sweep_sac_bound4.jsonl" \
+            >"$logs/sweep_b4.txt" 2>&1 &
+        for job in $(jobs -p); do wait "$job" || status=1; done
+        tail -n 8 "$logs"/sweep_*.txt "$logs"/sweep_*/*.log
+        ;;
     *)
         echo "gpu_checks.sh: unknown stage '$stage' (tests, bench, learn, humanoid-bench, humanoid-learn," \
-            "sac-bench, sac-learn)" >&2
+            "sac-bench, sac-learn, sac-sweep)" >&2
         exit 2
         ;;
     esac
