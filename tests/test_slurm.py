@@ -249,6 +249,10 @@ def _release_requeued(cluster: SlurmCluster, job_id: str, restarts: int, out: pa
         job = _job(cluster, job_id)
         if job.get("Restarts") == str(restarts) and job.get("JobState") in ("PENDING", "RUNNING"):
             if job["JobState"] == "PENDING":
+                # slurmd revokes the killed instance's credential to the second and refuses a launch whose
+                # credential is from that same second ("Job credential revoked"; the job then ends FAILED): let
+                # the clock pass into the next second before asking for the start.
+                time.sleep(1.5)
                 subprocess.run(
                     ["scontrol", "update", f"JobId={job_id}", "StartTime=now"], env=_env(cluster), timeout=60
                 )
