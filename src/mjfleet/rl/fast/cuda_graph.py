@@ -26,7 +26,7 @@ T = TypeVar("T")
 
 def record(body: Callable[[], T], device: torch.device) -> tuple[torch.cuda.CUDAGraph, T]:
     """`body` recorded as one CUDA graph after WARMUP_RUNS runs on a side stream: (the graph, what the recorded
-    run returned, tensors every replay rewrites). PPO's minibatch and SAC's gradient step are recorded so."""
+    run returned: tensors every replay rewrites). PPO's minibatch and SAC's gradient step are recorded so."""
     side = torch.cuda.Stream(device=device)
     side.wait_stream(torch.cuda.current_stream(device))
     with torch.cuda.stream(side):
