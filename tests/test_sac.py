@@ -249,3 +249,64 @@ def test_weight_decay_shrinks_the_networks_weights_and_leaves_the_temperature_al
     torch.testing.assert_close(after[-1], before[-1])
     with pytest.raises(UsageError, match="weight-decay"):
         SACConfig(weight_decay=-1.0).check(num_envs=4)
+
+
+def test_per_action_bounds_win_over_the_scalar_bound_and_must_fit_the_environment():
+    from types import SimpleNamespace
+
+    from tensordict import TensorDict
+
+    from mjfleet.errors import UsageError
+    from mjfleet.launch.worker import WorkerContext
+    from mjfleet.rl.config import AgentConfig
+    from mjfleet.rl.sac import SACConfig
+    from mjfleet.rl.sac.build import build_sac
+
+    obs = TensorDict({"actor": torch.zeros(4, 3), "critic": torch.zeros(4, 5)}, batch_size=[4])
+    env = SimpleNamespace(num_envs=4, num_actions=2, record_final_observations=False)
+    sac = SACConfig(action_bound=1.0, action_low=(-0.5, -3.0), action_high=(2.0, 1.0), buffer_size=64)
+    actor = build_sac(obs, env, AgentConfig(algorithm_name="sac", sac=sac), WorkerContext.single()).actor
+    torch.testing.assert_close(actor.action_center, torch.tensor([0.75, -1.0]))
+    torch.testing.assert_close(actor.action_half_range, torch.tensor([1.25, 2.0]))
+    actions = actor.random_actions(4096)
+    assert (actions.min(0).values >= torch.tensor([-0.5, -3.0])).all()
+    assert (actions.max(0).values <= torch.tensor([2.0, 1.0])).all()
+    with pytest.raises(UsageError, match="the environment has 2 actions"):
+        wrong = SACConfig(action_low=(-1.0,), action_high=(1.0,), buffer_size=64)
+        build_sac(obs, env, AgentConfig(algorithm_name="sac", sac=wrong), WorkerContext.single())
+    for low, high in (((-1.0, -1.0), (1.0,)), ((1.0,), (0.5,))):
+        with pytest.raises(UsageError, match="action-low"):
+            SACConfig(action_low=low, action_high=high).check(num_envs=4)
+
+
+def test_held_exploration_noise_changes_every_noise_repeat_steps_only():
+    from tensordict import TensorDict
+
+    from mjfleet.errors import UsageError
+    from mjfleet.rl.sac import SACConfig
+    from mjfleet.rl.sac.algorithm import FleetSAC
+    from mjfleet.rl.sac.networks import SquashedGaussianActor, TwinCritic
+
+    def acting(repeat: int) -> list[torch.Tensor]:
+        torch.manual_seed(0)
+        settings = SACConfig(noise_repeat=repeat, random_steps=0)
+        bounds = (-torch.ones(2), torch.ones(2))
+        actor = SquashedGaussianActor(3, 2, (8,), "elu", bounds, obs_normalization=False)
+        critic = TwinCritic(3, 2, (8,), "elu", obs_normalization=False)
+        alg = FleetSAC(actor, critic, ReplayBuffer(64, 4, 3, 3, 2, "cpu"), settings, "cpu")
+        # one state for every step: only the noise moves the action
+        obs = TensorDict({"actor": torch.randn(4, 3)}, batch_size=[4])
+        taken = []
+        for _ in range(6):
+            taken.append(alg.act(obs))
+            alg.env_steps += 1  # what process_env_step counts
+        return taken
+
+    held = acting(3)
+    assert torch.equal(held[0], held[1]) and torch.equal(held[1], held[2])
+    assert not torch.equal(held[2], held[3]) and torch.equal(held[3], held[5])
+    assert not torch.equal(held[0][0], held[0][1])  # every environment draws its own
+    fresh = acting(1)
+    assert all(not torch.equal(a, b) for a, b in zip(fresh, fresh[1:], strict=False))
+    with pytest.raises(UsageError, match="noise-repeat"):
+        SACConfig(noise_repeat=0).check(num_envs=4)

@@ -96,6 +96,7 @@ class FleetSAC:
         self._rows_since_update = 0
         self._last_obs = None
         self._last_actions: torch.Tensor | None = None
+        self._noise: torch.Tensor | None = None
         self._action_std = torch.zeros(action_dim, device=device)
         self._mean_q = 0.0
         self._gradient_steps = 0
@@ -178,9 +179,20 @@ class FleetSAC:
         if self.in_warmup:
             actions = self.actor.random_actions(obs.batch_size[0])
         else:
-            actions = self.actor.sample(obs[self.actor.obs_group])[0]
+            noise = self._exploration_noise(obs.batch_size[0])
+            actions = self.actor.sample(obs[self.actor.obs_group], noise)[0]
         self._last_obs, self._last_actions = obs, actions
         return actions
+
+    def _exploration_noise(self, num_envs: int) -> torch.Tensor | None:
+        """The standard-normal draw the acting policy scales by its std: a new one every step, or with
+        `noise_repeat` > 1 one per environment held for that many steps (None: `sample` draws)."""
+        repeat = self.cfg.noise_repeat
+        if repeat <= 1:
+            return None
+        if self._noise is None or self.env_steps % repeat == 0:
+            self._noise = torch.randn(num_envs, self.actor.action_dim, device=self.device)
+        return self._noise
 
     def process_env_step(self, obs, rewards, dones, extras) -> None:
         """Store the step's transitions; a finished environment's next observation is its pre-reset one."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from mjfleet.errors import UsageError
 from mjfleet.launch.worker import WorkerContext
 from mjfleet.rl.config import AgentConfig
 from mjfleet.rl.reduce import choose_reducer
@@ -28,7 +29,15 @@ def build_sac(obs, env, agent: AgentConfig, ctx: WorkerContext) -> FleetSAC:
     env.record_final_observations = True
     device = ctx.device
     critic_group = "critic" if cfg.asymmetric_critic and "critic" in obs.keys() else "actor"
-    bounds = action_bounds(env, cfg.action_bound)
+    if cfg.action_low:
+        if len(cfg.action_low) != env.num_actions:
+            raise UsageError(
+                f"--agent.sac.action-low/high give {len(cfg.action_low)} bounds; the environment has "
+                f"{env.num_actions} actions"
+            )
+        bounds = torch.tensor(cfg.action_low), torch.tensor(cfg.action_high)
+    else:
+        bounds = action_bounds(env, cfg.action_bound)
     actor = SquashedGaussianActor(
         obs["actor"].shape[-1],
         env.num_actions,

@@ -71,6 +71,15 @@ class SACConfig:
     """Actions are squashed into [-action_bound, action_bound] (tanh of a Gaussian sample, scaled). 0: the
     environment's own bounds (`action_bounds()`: the joint limits around the default pose for locomotion tasks,
     else the clip range)."""
+    action_low: tuple[float, ...] = ()
+    action_high: tuple[float, ...] = ()
+    """Per-action bounds (one value per action, both given or neither); they win over action_bound. Bounds
+    fitted to what a trained policy uses (e.g. the 2.5th and 97.5th percentiles of a PPO policy's actions,
+    Raffin's recipe for SAC on massively parallel locomotion tasks) need not be symmetric about action 0."""
+    noise_repeat: int = 1
+    """Hold each environment's exploration noise for this many env steps (the policy's standard-normal draw,
+    scaled by its current std): temporally consistent exploration, the simplest form of gSDE. 1: a new draw
+    every step (classic SAC). Per-step noise on joint targets at 50 Hz mostly jitters in place."""
     capture_update: bool = True
     """On CUDA: record one gradient step's gradients (actor, twin critics and temperature, forward and backward) as
     a CUDA graph and replay it for every step; batches, noise, averaging and the optimizer step stay outside, so
@@ -111,6 +120,14 @@ class SACConfig:
             raise UsageError(
                 f"--agent.sac.init-std must be between exp(log-std-min) and exp(log-std-max), got {self.init_std}"
             )
+        if len(self.action_low) != len(self.action_high) or any(
+            lo >= hi for lo, hi in zip(self.action_low, self.action_high, strict=False)
+        ):
+            raise UsageError(
+                "--agent.sac.action-low and --agent.sac.action-high need one value per action each, low < high"
+            )
+        if self.noise_repeat < 1:
+            raise UsageError(f"--agent.sac.noise-repeat must be >= 1, got {self.noise_repeat}")
         if self.weight_decay < 0:
             raise UsageError(f"--agent.sac.weight-decay must be >= 0, got {self.weight_decay}")
         if self.updates_per_step < 0 or self.random_steps < 0 or self.init_alpha <= 0:
