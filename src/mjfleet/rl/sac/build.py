@@ -33,7 +33,7 @@ def build_sac(obs, env, agent: AgentConfig, ctx: WorkerContext) -> FleetSAC:
         if len(cfg.action_low) != env.num_actions:
             raise UsageError(
                 f"--agent.sac.action-low/high give {len(cfg.action_low)} bounds; the environment has "
-                f"{env.num_actions} actions"
+                f"{env.num_actions} action{'s' if env.num_actions != 1 else ''}"
             )
         bounds = torch.tensor(cfg.action_low), torch.tensor(cfg.action_high)
     else:
