@@ -29,15 +29,7 @@ def build_sac(obs, env, agent: AgentConfig, ctx: WorkerContext) -> FleetSAC:
     env.record_final_observations = True
     device = ctx.device
     critic_group = "critic" if cfg.asymmetric_critic and "critic" in obs.keys() else "actor"
-    if cfg.action_low:
-        if len(cfg.action_low) != env.num_actions:
-            raise UsageError(
-                f"--agent.sac.action-low/high give {len(cfg.action_low)} bounds; the environment has "
-                f"{env.num_actions} action{'s' if env.num_actions != 1 else ''}"
-            )
-        bounds = torch.tensor(cfg.action_low), torch.tensor(cfg.action_high)
-    else:
-        bounds = action_bounds(env, cfg.action_bound)
+    bounds = action_bounds(env, cfg.action_bound, cfg.action_low, cfg.action_high)
     actor = SquashedGaussianActor(
         obs["actor"].shape[-1],
         env.num_actions,
@@ -70,15 +62,25 @@ def build_sac(obs, env, agent: AgentConfig, ctx: WorkerContext) -> FleetSAC:
     return alg
 
 
-def action_bounds(env, bound: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """(low, high) per action: +-`bound` when it is set (> 0), else the environment's `action_bounds()` (the
-    joint limits for locomotion tasks) made symmetric about 0, else its clip range.
+def action_bounds(
+    env, bound: float, low: tuple[float, ...] = (), high: tuple[float, ...] = ()
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(low, high) per action: `low` and `high` when given (one per action), else +-`bound` when it is set (> 0),
+    else the environment's `action_bounds()` (the joint limits for locomotion tasks) made symmetric about 0, else
+    its clip range.
 
     Symmetric about 0 because the policy's mean action at initialisation, tanh(0), lands on the bounds' center:
     for the locomotion tasks action 0 is the default pose, and the center of a joint's limits is not (a thigh
     1 rad off), so an unbounded-center policy starts by collapsing the robot. Each joint keeps the largest range
     about its default pose that stays within its limits."""
     n = env.num_actions
+    if low:
+        if len(low) != n:
+            raise UsageError(
+                f"--agent.sac.action-low/high give {len(low)} bounds; the environment has "
+                f"{n} action{'s' if n != 1 else ''}"
+            )
+        return torch.tensor(low), torch.tensor(high)
     if bound > 0:
         return torch.full((n,), -bound), torch.full((n,), bound)
     if hasattr(env, "action_bounds"):
