@@ -175,6 +175,41 @@ def test_random_baseline_needs_no_checkpoint_and_scores_below_the_trained_policy
     assert report["mean_return"] < 0.8 * trained_report["mean_return"]
 
 
+def test_action_percentiles_of_random_actions_become_sac_bounds_that_train_accepts(tmp_path, capsys):
+    from mjfleet.cli.play import main
+    from mjfleet.cli.train import parse_args
+
+    output = tmp_path / "eval.json"
+    main(["Cartpole-Balance", "--gpu-ids", "None", *SHORT_EPISODES, "--agent", "random", "--episodes", "32",
+          "--num-envs", "16", "--action-percentiles", "2.5", "97.5", "--output", str(output)])  # fmt: skip
+    report = json.loads(output.read_text())
+    ranges = report["action_percentiles"]
+    # Every step's actions, until the 32 episodes (random ones end early) are done.
+    assert ranges["percentiles"] == [2.5, 97.5] and ranges["actions"] == report["env_steps"] >= 1000
+    # Uniform actions in [-1, 1]: the 2.5th and 97.5th percentiles are -0.95 and 0.95 (+-0.02 at 1,000 draws).
+    assert ranges["low"] == [pytest.approx(-0.95, abs=0.03)]
+    assert ranges["high"] == [pytest.approx(0.95, abs=0.03)]
+    flags = capsys.readouterr().out.split("SAC bounds from them: ")[1].splitlines()[0]
+    _, train_flags = parse_args(["Cartpole-Balance", "--algorithm", "sac", *flags.split()])
+    sac = train_flags.agent.sac
+    assert sac.action_low == pytest.approx(ranges["low"], abs=5e-3)
+    assert sac.action_high == pytest.approx(ranges["high"], abs=5e-3)
+
+
+def test_the_action_recorder_keeps_copies_of_the_first_actions_up_to_its_limit():
+    from mjfleet.play.action_range import ActionRecorder, sac_bound_flags
+
+    actions = torch.zeros(4, 2)
+    recorder = ActionRecorder(lambda obs: actions, limit=10)
+    for step in range(4):
+        actions[:, 0] = step  # the policy overwrites its output tensor; the recorder keeps what it returned
+        assert recorder(None) is actions
+    report = recorder.percentiles(0.0, 100.0)
+    assert recorder.rows == report["actions"] == 10
+    assert report["low"] == [0.0, 0.0] and report["high"] == [2.0, 0.0]  # steps 0, 1 and half of step 2
+    assert sac_bound_flags(report) is None  # the second action never varied: no bound to give SAC
+
+
 def test_export_detects_an_onnx_model_that_differs_from_the_policy(tmp_path):
     from tensordict import TensorDict
 
@@ -246,6 +281,7 @@ def test_a_fixed_command_is_given_in_every_episode_and_reported_beside_the_achie
         (["--agent", "zero", "--video", "--video-camera", "no-such-camera"], "--video-camera"),
         (["--agent", "zero", "--command", "0.5", "0", "0"], "takes no velocity command"),
         (["--agent", "random", "--baselines"], "drop --agent random"),
+        (["--agent", "zero", "--action-percentiles", "97.5", "2.5"], "--action-percentiles"),
     ],
 )
 def test_play_usage_errors_are_one_line_with_exit_status_2(args, needle, tmp_path, monkeypatch, capsys):

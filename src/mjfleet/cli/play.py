@@ -24,6 +24,7 @@ Evaluate a policy: the latest checkpoint of the task's experiment unless told ot
   play Quadruped-Velocity-Flat --viewer viser        in a web browser (prints the URL; 127.0.0.1 only)
   play Cartpole-Balance --agent random               a baseline without a checkpoint (random or zero)
   play Quadruped-Velocity-Flat --baselines --command 0.5 0 0   trained vs zero vs random, one fixed command
+  play Quadruped-Velocity-Flat --action-percentiles 2.5 97.5   the actions' range, as SAC bounds
   play <Task> --help                                 every flag of that task"""
 
 
@@ -87,6 +88,10 @@ class PlayFlags:
     (trained / zero / random) and add them to eval.json under "baselines"."""
     command: tuple[float, float, float] | None = None
     """Velocity tasks: command VX VY WZ (m/s, m/s, rad/s; base frame) in every episode instead of random draws."""
+    action_percentiles: tuple[float, float] | None = None
+    """LOW HIGH (e.g. 2.5 97.5): report these percentiles of every action the evaluated policy takes, in eval.json
+    and as the `--agent.sac.action-low/high` flags that bound SAC's actions to them (docs/sac.md). With
+    --stochastic, of the sampled actions."""
     train_env: bool = False
     """Evaluate with the training env settings. Default: the task's play settings where it has them (locomotion:
     no pushes, no observation noise, nominal friction and mass), so that play measures the policy, not the
@@ -144,6 +149,10 @@ def check_flags(flags: Any) -> None:
         w, h = flags.video_width, flags.video_height
         if w < 2 or h < 2 or w % 2 or h % 2:
             raise UsageError(f"--video-width/--video-height must be even numbers >= 2 (H.264), got {w}x{h}")
+    if flags.action_percentiles is not None:
+        low, high = flags.action_percentiles
+        if not 0.0 <= low < high <= 100.0:
+            raise UsageError(f"--action-percentiles needs 0 <= LOW < HIGH <= 100, got {low:g} {high:g}")
     if flags.policy != "checkpoint":
         if flags.baselines:
             raise UsageError(

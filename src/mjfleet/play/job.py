@@ -64,6 +64,11 @@ def play(task_name: str, flags: Any) -> dict[str, Any]:
         obs = env.get_observations()
         actor = build_checkpoint_actor(source, obs, env, device, spec.name)
         act = act_fn(actor, flags, env)
+        recorder = None
+        if flags.action_percentiles is not None:
+            from mjfleet.play.action_range import ActionRecorder
+
+            act = recorder = ActionRecorder(act)
         result, video, viewer = _evaluate(
             env, act, flags, source, output.parent, spec.name, viewer_kind, device
         )
@@ -98,6 +103,7 @@ def play(task_name: str, flags: Any) -> dict[str, Any]:
         "video": str(video.path) if video is not None else None,
         "viewer": viewer.summary or None,
         "exported": exported,
+        "action_percentiles": recorder.percentiles(*flags.action_percentiles) if recorder else None,
         "env_cfg": to_plain(dataclasses.asdict(env_cfg)),
     }
     atomic_write_text(output, json.dumps(summary, indent=2) + "\n")

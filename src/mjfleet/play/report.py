@@ -39,6 +39,10 @@ def print_summary(summary: dict[str, Any], label: str, output: pathlib.Path) -> 
     print(f"episodes ended: {summary['episodes_ended']} ({ended})")
     if summary["baselines"]:
         print(comparison_table({"trained": summary, **summary["baselines"]}))
+    if summary["action_percentiles"]:
+        from mjfleet.play.action_range import format_report
+
+        print(format_report(summary["action_percentiles"], mode or summary["policy"]))
     if summary["video"]:
         print(f"video: {summary['video']} ({summary['video_frames']} frames)")
     exported = summary["exported"]
