@@ -310,3 +310,77 @@ def test_held_exploration_noise_changes_every_noise_repeat_steps_only():
     assert all(not torch.equal(a, b) for a, b in zip(fresh, fresh[1:], strict=False))
     with pytest.raises(UsageError, match="noise-repeat"):
         SACConfig(noise_repeat=0).check(num_envs=4)
+
+
+def _small_sac(**settings):
+    """A FleetSAC on 3 observations and 2 actions, its buffer holding 8 steps of 4 environments' random data."""
+    from mjfleet.rl.sac import SACConfig
+    from mjfleet.rl.sac.algorithm import FleetSAC
+    from mjfleet.rl.sac.networks import SquashedGaussianActor, TwinCritic
+
+    bounds = (-torch.ones(2), torch.ones(2))
+    actor = SquashedGaussianActor(3, 2, (8,), "elu", bounds, obs_normalization=False)
+    critic = TwinCritic(3, 2, (8,), "elu", obs_normalization=False)
+    alg = FleetSAC(actor, critic, ReplayBuffer(64, 4, 3, 3, 2, "cpu"), SACConfig(**settings), "cpu")
+    for _ in range(8):
+        obs, next_obs = torch.randn(4, 3), torch.randn(4, 3)
+        done = torch.zeros(4, dtype=torch.bool)
+        alg.buffer.add(obs, obs, torch.rand(4, 2) * 2 - 1, torch.randn(4), next_obs, next_obs, done, done)
+    return alg
+
+
+def test_a_critic_only_step_moves_the_critics_as_a_full_step_and_leaves_actor_and_temperature_alone():
+    import copy
+
+    torch.manual_seed(0)
+    alg = _small_sac()
+    batch, noise = alg.buffer.sample(16, alg.cfg.n_step, alg.cfg.gamma), alg.draw_noise(16)
+    nets = {"actor": alg.actor, "critic": alg.critic, "target": alg.target}
+    start = copy.deepcopy(
+        ({k: m.state_dict() for k, m in nets.items()}, alg.log_alpha.detach(), alg.optimizer.state_dict())
+    )
+
+    def step(update_actor: bool):
+        states, log_alpha, optimizer = copy.deepcopy(start)
+        for key, module in nets.items():
+            module.load_state_dict(states[key])
+        with torch.no_grad():
+            alg.log_alpha.copy_(log_alpha)
+        alg.optimizer.load_state_dict(optimizer)
+        terms = alg.gradient_step(batch, noise, update_actor)
+        return (
+            terms,
+            copy.deepcopy({k: m.state_dict() for k, m in nets.items()}),
+            alg.log_alpha.detach().clone(),
+        )
+
+    full_terms, full, full_alpha = step(True)
+    terms, critic_only, alpha = step(False)
+    for key in ("critic", "target"):  # the critics' step does not depend on whether the actor steps beside it
+        for name, value in critic_only[key].items():
+            torch.testing.assert_close(value, full[key][name])
+    trained = {"actor": dict(alg.actor.named_parameters()), "critic": dict(alg.critic.named_parameters())}
+    assert all(not torch.equal(critic_only["critic"][n], start[0]["critic"][n]) for n in trained["critic"])
+    for name, value in critic_only["actor"].items():
+        assert torch.equal(value, start[0]["actor"][name])
+    assert all(not torch.equal(full["actor"][n], start[0]["actor"][n]) for n in trained["actor"])
+    assert torch.equal(alpha, start[1]) and not torch.equal(full_alpha, start[1])
+    assert terms[0] == full_terms[0] and not terms[1:].any()
+    # The actor's gradients are the flat buffer's views again: the next full step writes and averages them.
+    flat = alg.flat_grad.untyped_storage().data_ptr()
+    assert all(p.grad.untyped_storage().data_ptr() == flat for p in alg.actor.parameters())
+
+
+def test_with_a_policy_delay_the_actor_and_temperature_step_once_every_k_gradient_steps():
+    from mjfleet.errors import UsageError
+    from mjfleet.rl.sac import SACConfig
+
+    torch.manual_seed(0)
+    alg = _small_sac(policy_delay=3, random_steps=0, updates_per_step=1.0, batch_size=16)
+    alg._rows_since_update = 7  # seven new vectorised steps: seven gradient steps
+    losses = alg.update()
+    adam_steps = {name: int(alg.optimizer.state[params[0]]["step"]) for name, params in alg.groups.items()}
+    assert adam_steps == {"critic": 7, "actor": 3, "alpha": 3}  # steps 0, 3 and 6 move the actor too
+    assert losses["actor"] != 0.0 and losses["entropy"] != 0.0  # means over the actor's steps, not all seven
+    with pytest.raises(UsageError, match="policy-delay"):
+        SACConfig(policy_delay=0).check(num_envs=4)

@@ -7,7 +7,9 @@ the same averaged gradients to the same parameters and the ranks stay identical.
 
 One gradient step computes all three losses from the parameters as they were at its start (the actor's loss uses
 the critics before their step, the temperature's loss the actor's log-probabilities before its step), so that the
-three gradients can travel in one buffer; the steps of classic SAC update the critics first. The n-step target
+three gradients can travel in one buffer; the steps of classic SAC update the critics first. With a policy delay
+of k, only every k-th step computes and applies the actor's and the temperature's; the others step the critics
+alone. The n-step target
 ignores the entropy bonus of its intermediate steps (only the bootstrapped value carries one), as n-step SAC
 implementations commonly do.
 """
@@ -100,9 +102,12 @@ class FleetSAC:
         self._action_std = torch.zeros(action_dim, device=device)
         self._mean_q = 0.0
         self._gradient_steps = 0
+        self._steps_taken = 0
+        """Gradient steps this process has taken: every `policy_delay`-th one updates the actor too."""
         self.capture = settings.capture_update and torch.device(device).type == "cuda"
         """Replay each gradient step's gradients as a recorded CUDA graph (`mjfleet.rl.sac.cuda_graph`)."""
-        self.graph = None
+        self.graphs: dict[bool, Any] = {}
+        """The recorded steps, by whether they update the actor (`policy_delay` > 1 records both kinds)."""
 
     # ----------------------------------------------------------- runner API
     @property
@@ -152,6 +157,8 @@ class FleetSAC:
         parts = [
             f"SAC: {self.cfg.updates_per_step:g} gradient steps per env step, batch {self.cfg.batch_size}"
         ]
+        if self.cfg.policy_delay > 1:
+            parts.append(f"the actor and temperature step every {self.cfg.policy_delay} of them")
         if self.capture:
             parts.append("each step's gradients a replayed CUDA graph")
         if self.reducer is None:
@@ -239,10 +246,15 @@ class FleetSAC:
         num_updates = 0 if self.in_warmup else round(new_rows * self.cfg.updates_per_step)
         self._gradient_steps = num_updates
         sums = torch.zeros(5, device=self.device)  # critic, actor, alpha losses, entropy, mean Q
+        actor_steps = 0
         for _ in range(num_updates):
+            update_actor = self._steps_taken % self.cfg.policy_delay == 0
+            self._steps_taken += 1
+            actor_steps += update_actor
             batch = self.buffer.sample(self.cfg.batch_size, self.cfg.n_step, self.cfg.gamma)
-            sums += self.gradient_step(batch, self.draw_noise(self.cfg.batch_size))
-        critic, actor, alpha, entropy, self._mean_q = (sums / max(num_updates, 1)).tolist()
+            sums += self.gradient_step(batch, self.draw_noise(self.cfg.batch_size), update_actor)
+        counts = torch.tensor([max(num_updates, 1)] + [max(actor_steps, 1)] * 4, device=self.device)
+        critic, actor, alpha, entropy, self._mean_q = (sums / counts).tolist()
         return {"critic": critic, "actor": actor, "alpha": alpha, "entropy": entropy}
 
     def update_normalization(self, new_rows: int) -> None:
@@ -263,35 +275,44 @@ class FleetSAC:
         gradients on both paths, so a recorded step consumes the random stream as a plain one does."""
         return tuple(torch.randn(2, batch_size, self.actor.action_dim, device=self.device).unbind(0))
 
-    def gradient_step(self, batch: Batch, noise: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
-        """One averaged step of the critics, the actor and the temperature; returns the detached losses."""
-        terms = self.gradients(batch, noise)
-        self.apply_gradients()
+    def gradient_step(
+        self, batch: Batch, noise: tuple[torch.Tensor, torch.Tensor], update_actor: bool = True
+    ) -> torch.Tensor:
+        """One averaged step of the critics and, with `update_actor`, the actor and the temperature; returns the
+        detached losses (the actor's terms 0 without it)."""
+        terms = self.gradients(batch, noise, update_actor)
+        self.apply_gradients(update_actor)
         return terms
 
-    def gradients(self, batch: Batch, noise: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+    def gradients(
+        self, batch: Batch, noise: tuple[torch.Tensor, torch.Tensor], update_actor: bool = True
+    ) -> torch.Tensor:
         """`compute_gradients`, replayed from a recorded CUDA graph where `capture` is on; a failed recording
         warns once and goes on op by op (compute_gradients zeroes the gradients first, so nothing half-written
         survives)."""
         if self.capture:
             try:
-                if self.graph is None or self.graph.batch.obs.shape != batch.obs.shape:
+                graph = self.graphs.get(update_actor)
+                if graph is None or graph.batch.obs.shape != batch.obs.shape:
                     from mjfleet.rl.sac.cuda_graph import GraphedGradients
 
-                    self.graph = None
-                    self.graph = GraphedGradients(batch, noise, self.compute_gradients)
-                return self.graph.run(batch, noise)
+                    self.graphs.pop(update_actor, None)
+                    graph = self.graphs[update_actor] = GraphedGradients(
+                        batch, noise, lambda b, n: self.compute_gradients(b, n, update_actor)
+                    )
+                return graph.run(batch, noise)
             except Exception as exc:  # an optimisation: go on op by op, loudly, once
                 torch.cuda.synchronize(self.device)
-                self.capture, self.graph = False, None
+                self.capture, self.graphs = False, {}
                 log.warning("the SAC gradient step could not be recorded as a CUDA graph (%s); op by op",
                             first_line(exc))  # fmt: skip
-        return self.compute_gradients(batch, noise)
+        return self.compute_gradients(batch, noise, update_actor)
 
     def compute_gradients(
-        self, batch: Batch, noise: tuple[torch.Tensor, torch.Tensor] | None = None
+        self, batch: Batch, noise: tuple[torch.Tensor, torch.Tensor] | None = None, update_actor: bool = True
     ) -> torch.Tensor:
-        """The three losses on `batch`, back-propagated into `flat_grad` (this worker's gradients only).
+        """The losses on `batch`, back-propagated into `flat_grad` (this worker's gradients only): the critics',
+        and with `update_actor` the actor's and the temperature's (else their gradients and terms are 0).
         `noise`: the policy's standard-normal draws for the next and the current observations (tests replaying an
         update); None draws them."""
         actor, critic = self.actor, self.critic
@@ -303,6 +324,10 @@ class FleetSAC:
             target_q = batch.returns + batch.bootstrap * next_value
         q1, q2 = critic(batch.critic_obs, batch.actions)
         critic_loss = (q1 - target_q).square().mean() + (q2 - target_q).square().mean()
+        if not update_actor:
+            self.flat_grad.zero_()
+            critic_loss.backward()
+            return torch.cat((critic_loss.detach().view(1), critic_loss.new_zeros(4)))
 
         actions, log_prob, std = actor.sample(batch.obs, noise_now)
         # The actor's gradient must not reach the critics: they are frozen for this part of the graph.
@@ -320,17 +345,35 @@ class FleetSAC:
              q_new.detach().mean())
         )  # fmt: skip
 
-    def apply_gradients(self) -> None:
-        """Average across workers, clip each network if asked, step, move the targets."""
+    def apply_gradients(self, update_actor: bool = True) -> None:
+        """Average across workers, clip each network if asked, step (the critics alone without `update_actor`),
+        move the targets."""
         if self.reducer is not None:
             self.reducer.average(self.flat_grad)
         if self.cfg.max_grad_norm > 0:
-            for name in ("critic", "actor"):
+            for name in ("critic", "actor") if update_actor else ("critic",):
                 grads = self._network_grads[name]
                 scale = (self.cfg.max_grad_norm / (torch.linalg.vector_norm(grads) + 1e-6)).clamp(max=1.0)
                 grads.mul_(scale)
-        self.optimizer.step()
+        if update_actor:
+            self.optimizer.step()
+        else:
+            self._step_critics_only()
         self.target.update_from(self.cfg.tau)
+
+    def _step_critics_only(self) -> None:
+        """One optimizer step of the critics. Adam skips parameters without a gradient, so the actor's and the
+        temperature's gradient views are taken away for the step (their weights, moments and decay stay as they
+        are) and given back after it."""
+        hidden = self.groups["actor"] + self.groups["alpha"]
+        views = [p.grad for p in hidden]
+        for p in hidden:
+            p.grad = None
+        try:
+            self.optimizer.step()
+        finally:
+            for p, view in zip(hidden, views, strict=True):
+                p.grad = view
 
     # ------------------------------------------------------------ bookkeeping
     def broadcast_parameters(self) -> None:
