@@ -155,7 +155,8 @@ class FleetSAC:
     def describe(self) -> str:
         """The start-up line: what averages, how often, and the warm-up."""
         parts = [
-            f"SAC: {self.cfg.updates_per_step:g} gradient steps per env step, batch {self.cfg.batch_size}"
+            f"SAC: {self.cfg.updates_per_step:g} gradient step{'' if self.cfg.updates_per_step == 1 else 's'} "
+            f"per env step, batch {self.cfg.batch_size}"
         ]
         if self.cfg.policy_delay > 1:
             parts.append(f"the actor and temperature step every {self.cfg.policy_delay} of them")
