@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import os
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -45,6 +47,13 @@ def train_under_external_launcher(
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
+    if not ctx.is_main:
+        # A finished rank can abort at interpreter exit in torch's C++ teardown ("terminate called without an
+        # active exception", exit 134: under Slurm on 2026-11-26, after the run's last iteration), which turns a
+        # completed job into a failed one. This rank writes no files and has nothing left to do at exit.
+        for stream in (sys.stdout, sys.stderr):
+            stream.flush()
+        os._exit(0)
 
 
 def _agree_on_job(ctx, plan, task_name: str, flags: Any, argv: list[str]) -> TrainJob:
