@@ -9,9 +9,8 @@ One gradient step computes all three losses from the parameters as they were at 
 the critics before their step, the temperature's loss the actor's log-probabilities before its step), so that the
 three gradients can travel in one buffer; the steps of classic SAC update the critics first. With a policy delay
 of k, only every k-th step computes and applies the actor's and the temperature's; the others step the critics
-alone. The n-step target
-ignores the entropy bonus of its intermediate steps (only the bootstrapped value carries one), as n-step SAC
-implementations commonly do.
+alone. The n-step target ignores the entropy bonus of its intermediate steps (only the bootstrapped value carries
+one), as n-step SAC implementations commonly do.
 """
 
 from __future__ import annotations
