@@ -178,3 +178,36 @@ def test_each_enabled_reward_term_is_the_tables_function_weighted(env):
     assert env._reward_names == enabled
     kept = ~dones  # (an environment that was reset in the step holds its new episode's state)
     assert kept.any() and torch.allclose(reward[kept], expected[kept])
+
+
+def test_the_penalty_curriculum_weighs_only_the_penalties_by_its_share_and_reaches_full_weight():
+    from mjfleet.tasks.cartpole import rewards
+
+    spec = get_task("Cartpole-Balance")
+    cfg = spec.env_config()
+    cfg.num_envs = NUM_ENVS
+    cfg.rewards.centered = -0.1  # a penalty: the only negative weight
+    cfg.penalty_curriculum_start, cfg.penalty_curriculum_steps = 0.2, 100
+    torch.manual_seed(0)
+    env = spec.make_env(cfg, "cpu")
+
+    def assert_reward_weighs_penalties_by(scale):
+        _, reward, dones, _ = env.step(0.5 * torch.ones(NUM_ENVS, 1))
+        expected = sum(
+            weight * (scale if weight < 0 else 1.0) * rewards.TERMS[name](env)
+            for name, weight in env.reward_weights.items()
+        )
+        kept = ~dones
+        assert kept.any() and torch.allclose(reward[kept], expected[kept])
+
+    # built at full weight: play and the periodic evaluation never call set_training_progress
+    assert_reward_weighs_penalties_by(1.0)
+    assert env.set_training_progress(0) == {"Train/penalty_scale": pytest.approx(0.2)}
+    assert_reward_weighs_penalties_by(0.2)
+    assert env.set_training_progress(50) == {"Train/penalty_scale": pytest.approx(0.6)}
+    assert_reward_weighs_penalties_by(0.6)
+    assert env.set_training_progress(1000) == {"Train/penalty_scale": 1.0}
+    assert_reward_weighs_penalties_by(1.0)
+    # without a curriculum nothing is logged and the weights stay
+    plain = make_env()
+    assert plain.set_training_progress(0) == {} and plain.penalty_scale == 1.0

@@ -80,6 +80,26 @@ def test_loading_a_checkpoint_restores_policy_and_iteration(trained, tmp_path):
         assert torch.equal(state["actor_state_dict"][key], value)
 
 
+def test_the_penalty_curriculum_follows_the_env_steps_per_environment_and_continues_on_resume(tmp_path):
+    spec, env_cfg, agent = cartpole_configs(16, 8, episode_length_s=0.2)
+    env_cfg.penalty_curriculum_start, env_cfg.penalty_curriculum_steps = 0.5, 32
+    agent.save_interval = 2
+    run_dir = RunDir.new(agent.experiment_name, root=tmp_path)
+    run_dir.create()
+    runner = FleetRunner(spec.make_env(env_cfg), agent, run_dir, "cpu")
+    runner.learn(2)
+    runner.close()
+    resumed = FleetRunner(spec.make_env(env_cfg), agent, None, "cpu")
+    resumed.load(run_dir.checkpoint(2))
+    # 8 steps per environment per iteration: the scale rises by 0.5 x 8 / 32 per iteration, from 0.5 to 1
+    scales = [
+        json.loads(line)["Train/penalty_scale"] for line in run_dir.metrics_file.read_text().splitlines()
+    ]
+    assert scales == [0.5, 0.625]
+    assert resumed.learn(1)["Train/penalty_scale"] == 0.75  # 16 steps per environment so far, not 0
+    assert resumed.learn(3)["Train/penalty_scale"] == 1.0 and resumed.env.penalty_scale == 1.0
+
+
 @pytest.mark.parametrize("fast", [False, True], ids=["reference", "fast-engine"])
 def test_fleet_ppo_update_equals_rsl_rl_ppo_update_on_the_same_rollout(tmp_path, fast):
     """Both update paths, the reference and the fast engine, against rsl_rl 5.5.1's own `PPO.update`."""

@@ -96,6 +96,11 @@ class MujocoVecEnv(VecEnv):
         self._reward_names = list(self.reward_weights)
         self._reward_terms = self._bind_reward_terms(weights)
         self._reward_weight_column = torch.tensor(list(self.reward_weights.values()), device=dev).unsqueeze(1)
+        # The penalty curriculum rescales the column in place (a recorded CUDA-graph step reads this very buffer).
+        self._full_reward_weights = self._reward_weight_column.clone()
+        self.penalty_scale = 1.0
+        """The share of their weight the penalties (negative weights) carry now: below 1 only while training's
+        penalty curriculum runs (`set_training_progress`)."""
         # The episode log in one matrix-vector product with the mask of episodes that end: rows are each reward
         # term's running episode sum, this step's time-out flags, and ones (which count the episodes that end).
         k = len(self._reward_names)
@@ -181,6 +186,19 @@ class MujocoVecEnv(VecEnv):
         - `Metrics/...` keys: a value for this step (averaged over the iteration's steps and the workers);
         - anything else: a count for this step (summed), like `Sim/nan_resets`.
         """
+
+    def set_training_progress(self, steps_per_env: int) -> dict[str, float]:
+        """Called by the runner before each training iteration with the policy steps every environment has taken in
+        the run so far (continued on resume): sets the penalty curriculum's scale. Returns what to log."""
+        start, steps = self.cfg.penalty_curriculum_start, self.cfg.penalty_curriculum_steps
+        if steps <= 0 or start >= 1.0:
+            return {}
+        scale = start + (1.0 - start) * min(1.0, steps_per_env / steps)
+        if scale != self.penalty_scale:
+            self.penalty_scale = scale
+            full = self._full_reward_weights
+            torch.where(full < 0.0, full * scale, full, out=self._reward_weight_column)
+        return {"Train/penalty_scale": scale}
 
     # ---------------------------------------------------------- VecEnv API
     def get_observations(self) -> TensorDict:

@@ -178,8 +178,12 @@ class FleetRunner:
         total_it = start_it + num_learning_iterations
         train_start = time.perf_counter()
         video, on_step = self.hooks.video, self.hooks.on_step
+        # The environment's training clock (its penalty curriculum), when it has one.
+        set_progress = getattr(env, "set_training_progress", None)
+        envs_in_fleet = self.ctx.world_size * env.num_envs
         for it in range(start_it, total_it):
             t0 = time.perf_counter()
+            progress = set_progress(self.env_steps // envs_in_fleet) if set_progress else {}
             if video is not None:
                 video.begin_iteration(it)
             with torch.inference_mode():
@@ -214,6 +218,7 @@ class FleetRunner:
             if self.ctx.is_distributed and interval > 0 and (it + 1) % interval == 0:
                 check_consistency(self)
             record = self._record(it, episode, losses, t1 - t0, t2 - t1, steps_per_iteration)
+            record.update(progress)
             if self.hooks.evaluate is not None:
                 record.update(self.hooks.evaluate(self, it + 1))
             self.last_record = record

@@ -89,6 +89,11 @@ def resolve(task_name: str, flags: Any, plan: WorkerPlan) -> TrainJob:
         )
     if env.decimation < 1:
         raise UsageError(f"--env.decimation must be >= 1, got {env.decimation}")
+    if not 0.0 <= env.penalty_curriculum_start <= 1.0 or env.penalty_curriculum_steps < 0:
+        raise UsageError(
+            "--env.penalty-curriculum-start must be in [0, 1] and --env.penalty-curriculum-steps >= 0, got "
+            f"{env.penalty_curriculum_start} and {env.penalty_curriculum_steps}"
+        )
     video = _video_settings(flags)
     agent.check(env.num_envs)
     retention = Retention(flags.keep_last, flags.keep_every)
