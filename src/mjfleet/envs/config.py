@@ -27,8 +27,8 @@ class EnvConfig:
     penalty_curriculum_start: float = 1.0
     """Training weighs the penalties (reward terms with a negative weight) by this share of their weight at first,
     rising linearly to the full weight over `penalty_curriculum_steps` (Hwangbo et al. 2019 raised a factor on their
-    cost terms over training likewise): a policy learns to move before the costs of moving count in full. 1: full weights from the start.
-    Evaluation (play, periodic evaluation) always uses the full weights."""
+    cost terms over training likewise): a policy learns to move before the costs of moving count in full.
+    1: full weights from the start. Evaluation (play, periodic evaluation) always uses the full weights."""
     penalty_curriculum_steps: int = 0
     """Policy steps per environment over which the penalties reach their full weight (counted from the run's start;
     --resume continues the count). 0: no curriculum."""
