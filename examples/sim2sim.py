@@ -274,6 +274,8 @@ class Episode:
             reward += value
         if x.rules["rewards"].get("clip_total_below_zero"):
             reward = max(reward, 0.0)
+        if cause is not None and cause != "time_out":
+            reward += x.rules["rewards"].get("termination_penalty", 0.0)
         metrics = {k: float(np.nan_to_num(evaluate_expression(e, q))) for k, e in x.metrics.items()}
         self.ret += reward
         self.last_action = self.action

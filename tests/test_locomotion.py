@@ -429,6 +429,26 @@ def test_a_diverged_world_is_a_nan_reset_not_a_fall_and_keeps_the_logs_finite(fl
     assert torch.isfinite(extras["log_packed"]).all() and torch.isfinite(reward).all()
 
 
+def test_the_termination_penalty_is_added_after_the_clip_to_falls_only(flat):
+    def step_flipped_and_timed_out(penalty: float) -> torch.Tensor:
+        _stand_at_home(flat)
+        flat.sim.qpos[0, 3:7] = torch.tensor([0.0, 1.0, 0.0, 0.0])  # robot 0 upside down: a fall
+        flat.sim.qpos[0, 2] = 0.15
+        flat.episode_length_buf[1] = flat.max_episode_length - 1  # robot 1 reaches the time limit
+        flat.commands.copy_(commands)
+        flat.cfg.termination_penalty = penalty
+        try:
+            return flat.step(_zero_action(flat))[1]
+        finally:
+            flat.cfg.termination_penalty = 0.0
+
+    commands = flat.commands.clone()
+    plain, penalised = step_flipped_and_timed_out(0.0), step_flipped_and_timed_out(-5.0)
+    assert plain[0] >= 0  # clipped at 0 ...
+    assert penalised[0] == pytest.approx(plain[0].item() - 5.0)  # ... and the penalty comes after the clip
+    assert torch.equal(penalised[1:], plain[1:])  # a time-out and the robots still standing pay nothing
+
+
 def test_trunk_contact_terminates(flat):
     _stand_at_home(flat)
     # Robot 0 lies upright on its belly, legs raised over its back: only the trunk box touches the floor.

@@ -93,6 +93,7 @@ def deployment_rules(env, trained_cfg: dict[str, Any] | None = None) -> dict[str
                 for name, weight in env.reward_weights.items()
             ],
             "clip_total_below_zero": bool(cfg.only_positive_rewards),
+            "termination_penalty": float(cfg.termination_penalty),
         },
         "commands": {
             "twist": {

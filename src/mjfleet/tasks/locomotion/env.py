@@ -307,6 +307,8 @@ class LocomotionEnv(MujocoVecEnv):
     def finish_step(self, log: dict[str, torch.Tensor], episodes_finished: torch.Tensor) -> None:
         if self.cfg.only_positive_rewards:
             self.rewards.clamp_(min=0.0)  # the per-term episode logs stay unclipped
+        if self.cfg.termination_penalty:
+            self.rewards.add_(self.terminated.float(), alpha=self.cfg.termination_penalty)
         # Worlds whose physics diverged are terminated too; they are counted in Sim/nan_resets, not as falls, and
         # their velocity errors (NaN) count as 0 in the means.
         fell = self.terminated.sum() - log[NAN_RESETS_KEY]
