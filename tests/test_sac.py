@@ -329,6 +329,34 @@ def _small_sac(**settings):
     return alg
 
 
+def test_the_warm_up_acts_at_random_in_a_fresh_run_and_with_the_policy_in_a_resumed_one():
+    from tensordict import TensorDict
+
+    trained = _small_sac(random_steps=5)
+    state = trained.save()
+    obs = TensorDict({"actor": torch.randn(4, 3)}, batch_size=[4])
+
+    def warm_up_action_and_its_two_sources(alg):
+        assert alg.in_warmup
+        torch.manual_seed(1)
+        taken = alg.act(obs)
+        torch.manual_seed(1)
+        random = alg.actor.random_actions(4)
+        torch.manual_seed(1)
+        sampled = alg.actor.sample(obs["actor"])[0]
+        return taken, random, sampled
+
+    taken, random, sampled = warm_up_action_and_its_two_sources(_small_sac(random_steps=5))
+    assert torch.equal(taken, random) and not torch.equal(taken, sampled)
+    resumed = _small_sac(random_steps=5)
+    resumed.load(state)
+    taken, random, sampled = warm_up_action_and_its_two_sources(resumed)
+    assert torch.equal(taken, sampled) and not torch.equal(taken, random)
+    resumed._rows_since_update = 3  # still the warm-up: no gradient step, policy or not
+    resumed.update()
+    assert resumed._gradient_steps == 0
+
+
 def test_a_critic_only_step_moves_the_critics_as_a_full_step_and_leaves_actor_and_temperature_alone():
     import copy
 

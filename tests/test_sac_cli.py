@@ -123,7 +123,7 @@ def test_sigint_saves_a_sac_checkpoint_and_its_resume_command_keeps_sac_and_refi
     # A setting given again wins over the checkpoint's optimizer state.
     more = ["--max-iterations", str(last + 1), "--agent.sac.weight-decay", "0.002"]
     resumed = run_cli(*words, *more, cwd=tmp_path, check=True)
-    assert "replay buffer starts empty; warm-up 4 steps" in resumed.stdout
+    assert "replay buffer starts empty; warm-up 4 steps with the checkpoint's policy" in resumed.stdout
     (new_run,) = [p for p in _run_dirs(tmp_path) if p != run_dir]
     assert [r["iteration"] for r in metrics(new_run)] == [last]
     state = torch.load(new_run / f"model_{last + 1}.pt", weights_only=True)

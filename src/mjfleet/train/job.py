@@ -118,7 +118,9 @@ def resolve(task_name: str, flags: Any, plan: WorkerPlan) -> TrainJob:
         _adopt_network_shapes(agent, state, path)
         print(f"resuming from {path} (iteration {start}; training up to iteration {agent.max_iterations})")
         if agent.algorithm_name == "sac":  # the buffer is not in checkpoints (too large; refilled quickly)
-            print(f"replay buffer starts empty; warm-up {agent.sac.random_steps} steps")
+            print(
+                f"replay buffer starts empty; warm-up {agent.sac.random_steps} steps with the checkpoint's policy"
+            )
         resume_from = str(path)
     if continued is not None:
         run_dir = RunDir(continued.run_path)

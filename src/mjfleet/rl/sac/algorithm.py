@@ -94,6 +94,8 @@ class FleetSAC:
         """Averages gradients (and sums statistics) across workers; None: one worker."""
         self.env_steps = 0
         """Vectorised steps collected by this process (the warm-up counts them; a resumed run starts at 0)."""
+        self.resumed = False
+        """Restored from a checkpoint (`load`): the warm-up then acts with the trained policy, not at random."""
         self._rows_since_update = 0
         self._last_obs = None
         self._last_actions: torch.Tensor | None = None
@@ -182,8 +184,8 @@ class FleetSAC:
         }
 
     def act(self, obs) -> torch.Tensor:
-        """A sampled action (uniformly random during the warm-up); remembered for `process_env_step`."""
-        if self.in_warmup:
+        """A sampled action (uniformly random during a fresh run's warm-up); remembered for `process_env_step`."""
+        if self.in_warmup and not self.resumed:
             actions = self.actor.random_actions(obs.batch_size[0])
         else:
             noise = self._exploration_noise(obs.batch_size[0])
@@ -413,4 +415,5 @@ class FleetSAC:
         # The moments are the checkpoint's; learning rates and decay are this run's settings (its flags win).
         for group, settings in zip(self.optimizer.param_groups, self._group_settings, strict=True):
             group.update(settings)
+        self.resumed = True
         return True

@@ -53,7 +53,9 @@ class SACConfig:
     """Clip each network's gradient norm to this after averaging (0: no clipping)."""
     random_steps: int = 10
     """Environment steps (of every environment) with uniformly random actions before the policy acts and the
-    first gradient step: the buffer starts with broad data instead of the untrained policy's."""
+    first gradient step: the buffer starts with broad data instead of the untrained policy's. A resumed run (its
+    buffer starts empty) warms up as long, but with the checkpoint's policy: random data would be all the
+    restored critic and actor learnt from in their first gradient steps."""
     actor_hidden_dims: tuple[int, ...] = (256, 256)
     critic_hidden_dims: tuple[int, ...] = (256, 256)
     activation: str = "elu"
