@@ -75,6 +75,7 @@ def test_unknown_task_names_the_closest_tasks():
         (["--max-env-steps", "0"], "--max-env-steps"),
         (["--env.penalty-curriculum-start", "1.5"], "--env.penalty-curriculum-start"),
         (["--env.penalty-curriculum-steps", "-1"], "--env.penalty-curriculum-steps"),
+        (["--env.penalty-curriculum-delay", "-1"], "-delay"),
         (["--agent.algorithm.grad-sync-period", "5"], "--agent.algorithm.grad-sync-period"),
         (["--agent.algorithm.grad-sync-period", "0"], "--agent.algorithm.grad-sync-period"),
         (["--run-name", "a/b"], "--run-name"),

@@ -208,6 +208,12 @@ def test_the_penalty_curriculum_weighs_only_the_penalties_by_its_share_and_reach
     assert_reward_weighs_penalties_by(0.6)
     assert env.set_training_progress(1000) == {"Train/penalty_scale": 1.0}
     assert_reward_weighs_penalties_by(1.0)
+    # a delay holds the starting share, then the same rise
+    cfg.penalty_curriculum_delay = 30
+    assert env.set_training_progress(30) == {"Train/penalty_scale": pytest.approx(0.2)}
+    assert_reward_weighs_penalties_by(0.2)
+    assert env.set_training_progress(80) == {"Train/penalty_scale": pytest.approx(0.6)}
+    assert_reward_weighs_penalties_by(0.6)
     # without a curriculum nothing is logged and the weights stay
     plain = make_env()
     assert plain.set_training_progress(0) == {} and plain.penalty_scale == 1.0

@@ -193,7 +193,8 @@ class MujocoVecEnv(VecEnv):
         start, steps = self.cfg.penalty_curriculum_start, self.cfg.penalty_curriculum_steps
         if steps <= 0 or start >= 1.0:
             return {}
-        scale = start + (1.0 - start) * min(1.0, steps_per_env / steps)
+        rising = max(0, steps_per_env - self.cfg.penalty_curriculum_delay)
+        scale = start + (1.0 - start) * min(1.0, rising / steps)
         if scale != self.penalty_scale:
             self.penalty_scale = scale
             full = self._full_reward_weights

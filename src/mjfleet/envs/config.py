@@ -30,5 +30,8 @@ class EnvConfig:
     cost terms over training likewise): a policy learns to move before the costs of moving count in full.
     1: full weights from the start. Evaluation (play, periodic evaluation) always uses the full weights."""
     penalty_curriculum_steps: int = 0
-    """Policy steps per environment over which the penalties reach their full weight (counted from the run's start;
-    --resume continues the count). 0: no curriculum."""
+    """Policy steps per environment over which the penalties reach their full weight (counted from the run's start,
+    after `penalty_curriculum_delay`; --resume continues the count). 0: no curriculum."""
+    penalty_curriculum_delay: int = 0
+    """Policy steps per environment at the starting share before the rise begins: time to find a gait while
+    moving is (nearly) free, which SAC needed (docs/sac.md)."""

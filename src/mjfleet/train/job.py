@@ -89,10 +89,13 @@ def resolve(task_name: str, flags: Any, plan: WorkerPlan) -> TrainJob:
         )
     if env.decimation < 1:
         raise UsageError(f"--env.decimation must be >= 1, got {env.decimation}")
-    if not 0.0 <= env.penalty_curriculum_start <= 1.0 or env.penalty_curriculum_steps < 0:
+    if (
+        not 0.0 <= env.penalty_curriculum_start <= 1.0
+        or min(env.penalty_curriculum_steps, env.penalty_curriculum_delay) < 0
+    ):
         raise UsageError(
-            "--env.penalty-curriculum-start must be in [0, 1] and --env.penalty-curriculum-steps >= 0, got "
-            f"{env.penalty_curriculum_start} and {env.penalty_curriculum_steps}"
+            "--env.penalty-curriculum-start must be in [0, 1] and --env.penalty-curriculum-steps and -delay >= 0, "
+            f"got {env.penalty_curriculum_start}, {env.penalty_curriculum_steps} and {env.penalty_curriculum_delay}"
         )
     video = _video_settings(flags)
     agent.check(env.num_envs)
