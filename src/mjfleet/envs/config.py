@@ -34,4 +34,4 @@ class EnvConfig:
     after `penalty_curriculum_delay`; --resume continues the count). 0: no curriculum."""
     penalty_curriculum_delay: int = 0
     """Policy steps per environment at the starting share before the rise begins: time to find a gait while
-    moving is (nearly) free, which SAC needed (docs/sac.md)."""
+    moving is (nearly) free, which SAC needed (docs/history/sac-quadruped-probes.md)."""

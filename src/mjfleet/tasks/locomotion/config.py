@@ -146,8 +146,8 @@ class LocomotionConfig(EnvConfig):
     termination_penalty: float = 0.0
     """Added once to the reward of a step that ends its episode by a termination (a fall, or physics that diverged;
     not a time-out), after the clip at 0. With the clip off, a policy whose steps earn less than nothing ends its
-    episodes early on purpose (SAC lunged forward: docs/sac.md); a penalty larger than the rest of a bad episode's
-    return takes that way out."""
+    episodes early on purpose (SAC lunged forward: docs/history/sac-quadruped-probes.md); a penalty larger than the
+    rest of a bad episode's return takes that way out."""
     max_tilt: float = 1.2
     """Episodes terminate when the base tilts further than this from upright (rad), or the trunk touches ground."""
     commands: CommandConfig = field(default_factory=CommandConfig)
