@@ -84,12 +84,15 @@ def model_xml(env) -> tuple[str, dict[str, bytes]] | None:
 
 
 def trained_env_cfg(checkpoint: str | None) -> dict[str, Any] | None:
-    """The env config a checkpoint was trained with (its `infos["env_cfg"]`), or None when unknown."""
+    """The env config a checkpoint was trained with (its `infos["env_cfg"]`), or None when unknown.
+
+    Read as plain data (`weights_only=True`), as every checkpoint is: an export may be made from a checkpoint
+    copied from elsewhere, whose pickle must not run. A file that does not load that way is a UsageError."""
     if not checkpoint or not pathlib.Path(checkpoint).is_file():
         return None
-    import torch
+    from mjfleet.runs.checkpoints import read_checkpoint
 
-    state = torch.load(checkpoint, map_location="cpu", weights_only=False)
+    state = read_checkpoint(checkpoint, map_location="cpu")
     return (state.get("infos") or {}).get("env_cfg")
 
 
