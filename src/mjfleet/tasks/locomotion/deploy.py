@@ -11,17 +11,13 @@ import math
 from typing import Any
 
 
-def deployment_rules(env, trained_cfg: dict[str, Any] | None = None) -> dict[str, Any] | None:
-    """The rules of an episode of `env`; None where this vocabulary cannot state them (a subclass with its own
-    terminations or rewards, e.g. the humanoid; rough ground, whose reset and height scan need the terrain's tiles).
+def deployment_rules(env, trained_cfg: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The rules of an episode of `env`, a flat-ground LocomotionEnv with the quadruped's own terms (the env
+    decides that, in its `deployment_rules`: this module reads the env's state and does not import its class).
 
     `trained_cfg` is the training run's env config (a dict, from the checkpoint) where known: its randomisation
     ranges are the ones a robustness check should stay within, even when the export was made with play's settings.
     """
-    from mjfleet.tasks.locomotion.env import LocomotionEnv
-
-    if type(env) is not LocomotionEnv or env.terrain is not None:
-        return None
     cfg, m = env.cfg, env.mj_model
     qj, vj = env._qj, env._vj
     default = [float(x) for x in env.default_joint_pos.cpu()]

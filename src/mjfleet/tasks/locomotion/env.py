@@ -85,7 +85,11 @@ class LocomotionEnv(MujocoVecEnv):
         return spec.compile()
 
     def deployment_rules(self, trained_cfg: dict | None = None) -> dict | None:
-        """How an episode runs, for an exported policy's metadata (mjfleet.tasks.locomotion.deploy)."""
+        """How an episode runs, for an exported policy's metadata (mjfleet.tasks.locomotion.deploy); None where
+        that vocabulary cannot state it: a subclass with terms of its own (the humanoid), or rough ground (its
+        reset and height scan need the terrain's tiles)."""
+        if type(self) is not LocomotionEnv or self.terrain is not None:
+            return None
         from mjfleet.tasks.locomotion.deploy import deployment_rules
 
         return deployment_rules(self, trained_cfg)
