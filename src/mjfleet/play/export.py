@@ -8,13 +8,23 @@ from typing import Any
 
 
 def export_checkpoint_policy(
-    env: Any, actor: Any, obs: Any, task: str, checkpoint: pathlib.Path, state: dict[str, Any]
+    env: Any,
+    actor: Any,
+    obs: Any,
+    task: str,
+    checkpoint: pathlib.Path,
+    state: dict[str, Any],
+    evaluation_command: tuple[float, ...] | None = None,
 ) -> dict[str, Any]:
-    """Export `actor` (checked against torch); returns each written file by kind and the ONNX check's error."""
+    """Export `actor` (checked against torch); returns each written file by kind and the ONNX check's error.
+
+    `evaluation_command` is play's --command, if any: the metadata keeps it apart from the training ranges."""
     from mjfleet.rl.export import export_policy, policy_metadata
     from mjfleet.runs.checkpoints import checkpoint_run_dir
 
-    meta = policy_metadata(env, actor, obs, task, iteration=state["iter"], checkpoint=str(checkpoint))
+    meta = policy_metadata(
+        env, actor, obs, task, evaluation_command, iteration=state["iter"], checkpoint=str(checkpoint)
+    )
     out = checkpoint_run_dir(checkpoint) / "exported"
     note_replaced_export(out / "policy.json", int(state["iter"]))
     files = export_policy(actor, obs, out, meta)

@@ -84,7 +84,9 @@ def play(task_name: str, flags: Any) -> dict[str, Any]:
             assert (
                 source.state is not None and source.checkpoint is not None
             )  # check_flags: needs a checkpoint
-            exported = export_checkpoint_policy(env, actor, obs, spec.name, source.checkpoint, source.state)
+            exported = export_checkpoint_policy(
+                env, actor, obs, spec.name, source.checkpoint, source.state, flags.command
+            )
 
     summary = {
         "task": spec.name,

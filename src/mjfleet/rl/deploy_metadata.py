@@ -96,6 +96,26 @@ def trained_env_cfg(checkpoint: str | None) -> dict[str, Any] | None:
     return (state.get("infos") or {}).get("env_cfg")
 
 
+def evaluation_command(
+    commands: dict[str, Any] | None, command: tuple[float, ...] | list[float] | None
+) -> dict[str, list[float]] | None:
+    """`deployment["evaluation_command"]`: the command `play --command` held in every evaluation episode, keyed by
+    the name of the task's one command as in `deployment["commands"]` ({"twist": [vx, vy, wz]}); None when play
+    drew its commands. Kept apart from `commands`, which are always the training ranges."""
+    if command is None:
+        return None
+    if not commands or len(commands) != 1:
+        raise ValueError(
+            f"a fixed evaluation command needs exactly one task command, the task has {len(commands or {})}"
+        )
+    (name, spec), values = next(iter(commands.items())), [float(v) for v in command]
+    if len(values) != len(spec["columns"]):
+        raise ValueError(
+            f"the evaluation command has {len(values)} values, {name} has columns {spec['columns']}"
+        )
+    return {name: values}
+
+
 def csv(values: list[Any]) -> str:
     """mjlab's list encoding: numbers with three decimals, strings as they are, a nested list's numbers joined by
     ';', entries by ','."""

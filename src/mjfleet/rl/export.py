@@ -13,6 +13,7 @@ import json
 import os
 import pathlib
 import warnings
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -50,8 +51,13 @@ def build_actor(state: dict[str, Any], obs: TensorDict, num_actions: int, device
     return actor
 
 
-def policy_metadata(env, actor, obs: TensorDict, task: str, **extra: Any) -> dict[str, Any]:
-    """What a deployment needs besides the network: input layout, action post-processing, control rate."""
+def policy_metadata(
+    env, actor, obs: TensorDict, task: str, evaluation_command: Sequence[float] | None = None, **extra: Any
+) -> dict[str, Any]:
+    """What a deployment needs besides the network: input layout, action post-processing, control rate.
+
+    `evaluation_command` is play's --command where it fixed one: recorded as `deployment["evaluation_command"]`,
+    beside the training command ranges (`deployment["commands"]`), never in their place."""
     groups = actor_input_groups(actor, obs)
     cfg = getattr(env, "cfg", None)
     meta: dict[str, Any] = {
@@ -119,7 +125,11 @@ def policy_metadata(env, actor, obs: TensorDict, task: str, **extra: Any) -> dic
     meta.update({k: _plain(v) for k, v in extra.items()})
     rules = getattr(env, "deployment_rules", None)
     if callable(rules):  # the task states how its episodes run (reset, terminations, rewards, commands)
-        meta["deployment"] = rules(deploy_metadata.trained_env_cfg(extra.get("checkpoint")))
+        deployment = rules(deploy_metadata.trained_env_cfg(extra.get("checkpoint")))
+        if deployment is not None and deployment.get("commands"):
+            fixed = deploy_metadata.evaluation_command(deployment["commands"], evaluation_command)
+            deployment["evaluation_command"] = fixed
+        meta["deployment"] = deployment
     model_files = deploy_metadata.model_xml(env)
     if model_files is not None:
         meta["mjcf"] = deploy_metadata.MJCF_FILE

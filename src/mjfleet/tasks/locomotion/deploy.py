@@ -7,6 +7,7 @@ reports, and the training randomisation ranges (for robustness checks).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any
 
@@ -15,10 +16,14 @@ def deployment_rules(env, trained_cfg: dict[str, Any] | None = None) -> dict[str
     """The rules of an episode of `env`, a flat-ground LocomotionEnv with the quadruped's own terms (the env
     decides that, in its `deployment_rules`: this module reads the env's state and does not import its class).
 
-    `trained_cfg` is the training run's env config (a dict, from the checkpoint) where known: its randomisation
-    ranges are the ones a robustness check should stay within, even when the export was made with play's settings.
+    `trained_cfg` is the training run's env config (a dict, from the checkpoint) where known: its command ranges are
+    the ones the policy learnt (not play's --command, which `policy_metadata` records apart as the evaluation
+    command), and its randomisation ranges the ones a robustness check should stay within, even when the export
+    was made with play's settings. Where it is unknown, `env`'s own settings stand in.
     """
     cfg, m = env.cfg, env.mj_model
+    trained = trained_cfg or {}
+    c = {**dataclasses.asdict(cfg.commands), **(trained.get("commands") or {})}
     qj, vj = env._qj, env._vj
     default = [float(x) for x in env.default_joint_pos.cpu()]
     lower = [float(x) for x in env.soft_joint_lower.cpu()]
@@ -46,11 +51,10 @@ def deployment_rules(env, trained_cfg: dict[str, Any] | None = None) -> dict[str
         "undesired_contacts": f"sum(geom_in_contact[{[m.geom(g).id for g in env.undesired_contact_geoms]!r}])",
         "feet_air_time": (
             f"sum((touchdown_air_time - {cfg.feet_air_time_threshold!r}) * first_contact)"
-            f" * (norm(command[0:2]) > {cfg.commands.min_speed!r})"
+            f" * (norm(command[0:2]) > {c['min_speed']!r})"
         ),
     }
-    c = cfg.commands
-    trained_events = (trained_cfg or {}).get("events") or {}
+    trained_events = trained.get("events") or {}
     friction = trained_events.get("foot_friction", ev.foot_friction)
     mass = trained_events.get("added_trunk_mass", ev.added_trunk_mass)
     push = trained_events.get("push_velocity", ev.push_velocity)
@@ -94,10 +98,10 @@ def deployment_rules(env, trained_cfg: dict[str, Any] | None = None) -> dict[str
         "commands": {
             "twist": {
                 "columns": ["lin_vel_x", "lin_vel_y", "ang_vel_z"],
-                "ranges": [list(c.lin_vel_x), list(c.lin_vel_y), list(c.ang_vel_z)],
-                "standing_fraction": float(c.standing_fraction),
-                "min_speed": float(c.min_speed),
-                "resampling_steps": int(env.command_resample_steps),
+                "ranges": [list(c["lin_vel_x"]), list(c["lin_vel_y"]), list(c["ang_vel_z"])],
+                "standing_fraction": float(c["standing_fraction"]),
+                "min_speed": float(c["min_speed"]),
+                "resampling_steps": max(1, round(c["resampling_time_s"] / env.step_dt)),  # as the env counts
             }
         },
         "metrics": {
