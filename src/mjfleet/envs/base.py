@@ -2,18 +2,17 @@
 
 A task subclasses `MujocoVecEnv`, fills in a handful of hooks (model, observations, terminations, reset
 randomisation) and lists its reward terms, plain functions `fn(env) -> (num_envs,) tensor`, by name in the class's
-`reward_terms` table (each weighted by the field of the same name in the task's reward weights). Everything here
-works on whole batches of environments on the simulation's device: no Python loops over environments, no host
-synchronisation inside `step`.
+`reward_terms` table (each weighted by the field of the same name in the task's reward weights; bound and summed
+by mjfleet.envs.rewards). Everything here works on whole batches of environments on the simulation's device: no
+Python loops over environments, no host synchronisation inside `step`.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from abc import abstractmethod
-from collections.abc import Callable, Mapping
-from typing import Any, ClassVar
+from collections.abc import Mapping
+from typing import ClassVar
 
 import mujoco
 import torch
@@ -22,12 +21,10 @@ from tensordict import TensorDict
 
 from mjfleet.envs.config import EnvConfig
 from mjfleet.envs.cuda_graph import CapturedFunction, try_capture
+from mjfleet.envs.rewards import RewardTerm, WeightedRewards, penalty_curriculum_scale
 from mjfleet.sim import Simulation
 
 NAN_RESETS_KEY = "Sim/nan_resets"
-
-RewardTerm = Callable[[Any], torch.Tensor]
-"""A reward term: the environment -> one value per environment, (num_envs,)."""
 
 
 class MujocoVecEnv(VecEnv):
@@ -86,21 +83,9 @@ class MujocoVecEnv(VecEnv):
         self._all_envs = torch.ones(n, dtype=torch.bool, device=dev)
 
         self.setup()
-        weights = self.reward_config()
-        self.reward_weights = {
-            f.name: float(getattr(weights, f.name))
-            for f in dataclasses.fields(weights)
-            if getattr(weights, f.name) != 0.0
-        }
-        # Reward terms are evaluated separately but weighted, summed and accumulated as one (terms, envs) tensor.
-        self._reward_names = list(self.reward_weights)
-        self._reward_terms = self._bind_reward_terms(weights)
-        self._reward_weight_column = torch.tensor(list(self.reward_weights.values()), device=dev).unsqueeze(1)
-        # The penalty curriculum rescales the column in place (a recorded CUDA-graph step reads this very buffer).
-        self._full_reward_weights = self._reward_weight_column.clone()
-        self.penalty_scale = 1.0
-        """The share of their weight the penalties (negative weights) carry now: below 1 only while training's
-        penalty curriculum runs (`set_training_progress`)."""
+        self._weighted_rewards = WeightedRewards(type(self), self.reward_terms, self.reward_config(), dev)
+        self.reward_weights = self._weighted_rewards.weights
+        self._reward_names = self._weighted_rewards.names
         # The episode log in one matrix-vector product with the mask of episodes that end: rows are each reward
         # term's running episode sum, this step's time-out flags, and ones (which count the episodes that end).
         k = len(self._reward_names)
@@ -190,16 +175,17 @@ class MujocoVecEnv(VecEnv):
     def set_training_progress(self, steps_per_env: int) -> dict[str, float]:
         """Called by the runner before each training iteration with the policy steps every environment has taken in
         the run so far (continued on resume): sets the penalty curriculum's scale. Returns what to log."""
-        start, steps = self.cfg.penalty_curriculum_start, self.cfg.penalty_curriculum_steps
-        if steps <= 0 or start >= 1.0:
+        scale = penalty_curriculum_scale(self.cfg, steps_per_env)
+        if scale is None:
             return {}
-        rising = max(0, steps_per_env - self.cfg.penalty_curriculum_delay)
-        scale = start + (1.0 - start) * min(1.0, rising / steps)
-        if scale != self.penalty_scale:
-            self.penalty_scale = scale
-            full = self._full_reward_weights
-            torch.where(full < 0.0, full * scale, full, out=self._reward_weight_column)
+        self._weighted_rewards.scale_penalties(scale)
         return {"Train/penalty_scale": scale}
+
+    @property
+    def penalty_scale(self) -> float:
+        """The share of their weight the penalties (negative weights) carry now: below 1 only while training's
+        penalty curriculum runs (`set_training_progress`)."""
+        return self._weighted_rewards.penalty_scale
 
     # ---------------------------------------------------------- VecEnv API
     def get_observations(self) -> TensorDict:
@@ -256,7 +242,7 @@ class MujocoVecEnv(VecEnv):
         self.terminated = self.compute_terminations() | diverged
         self.time_outs = (self.episode_length_buf >= self.max_episode_length) & ~self.terminated
         dones = self.terminated | self.time_outs
-        self.rewards = self._compute_rewards()
+        self.rewards = self._weighted_rewards.compute(self, self._episode_sums, like=self.rewards)
 
         # Every log value in one float32 vector, which EpisodeStats accumulates with one operation instead of one
         # per key (the dict's own entries are views of it; entries the task adds in finish_step are appended).
@@ -298,42 +284,6 @@ class MujocoVecEnv(VecEnv):
         return self._obs, {}
 
     # ------------------------------------------------------------- internals
-    def _compute_rewards(self) -> torch.Tensor:
-        if not self._reward_terms:
-            return torch.zeros_like(self.rewards)
-        terms = torch.stack([term(self) for term in self._reward_terms]) * self._reward_weight_column
-        # A diverged world's terms may be NaN or infinite: 0 instead, in the reward and in the episode log
-        # (one NaN in the episode sums would make that term's logged mean NaN on every worker).
-        terms.nan_to_num_(nan=0.0, posinf=0.0, neginf=0.0)
-        self._episode_sums += terms
-        return terms.sum(dim=0)
-
-    def _bind_reward_terms(self, weights: Any) -> list[RewardTerm]:
-        """The term of each enabled weight, in `_reward_names` order; a weight without a term or a term without a
-        weight (a typo on either side) fails here, when the environment is built."""
-        fields = [f.name for f in dataclasses.fields(weights)]
-        cls = type(self).__name__
-        missing = [name for name in fields if name not in self.reward_terms]
-        if missing:
-            old = [name for name in missing if callable(getattr(self, f"_reward_{name}", None))]
-            hint = (
-                f"; reward terms are functions fn(env) listed in the class's reward_terms table, and a "
-                f"_reward_<name> method can be listed as it is: reward_terms = {{{old[0]!r}: _reward_{old[0]}, ...}}"
-                if old
-                else ""
-            )
-            raise ValueError(
-                f"{cls}: reward weight(s) {', '.join(missing)} of {type(weights).__name__} name no entry of "
-                f"{cls}.reward_terms (its terms: {', '.join(self.reward_terms) or 'none'}){hint}"
-            )
-        unweighted = [name for name in self.reward_terms if name not in fields]
-        if unweighted:
-            raise ValueError(
-                f"{cls}: reward term(s) {', '.join(unweighted)} have no weight in {type(weights).__name__} "
-                f"(its fields: {', '.join(fields) or 'none'})"
-            )
-        return [self.reward_terms[name] for name in self._reward_names]
-
     def _episode_log(self, dones: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(each reward term's episode sum and the time-out share, as means over the episodes that end in this
         step (zero when none does); the number of episodes that end (float32)), reduced on device."""
