@@ -14,7 +14,6 @@ from small_cartpole import cartpole_configs
 
 from mjfleet.launch.worker import WorkerContext, seed_for, start_worker
 from mjfleet.rl import FleetRunner
-from mjfleet.rl.agreement import agreed_stop
 from mjfleet.rl.episode_stats import EpisodeStats
 
 NUM_ENVS = 16
@@ -81,9 +80,9 @@ def train_and_compare(plan, reducer: str) -> dict:
     dones = torch.tensor([True, False, True, ctx.rank == 1])
     log = {"Metrics/rank": torch.tensor(float(ctx.rank))}
     stats.update(torch.full((4,), ctx.rank + 1.0), dones, {"log": log, "episodes_finished": dones.sum()})
-    episodes = stats.collect(runner.alg.sum_across_workers)
+    episodes = stats.collect(runner.alg.gradients.sum_across_workers)
     runner.stop = SimpleNamespace(signum=signal.SIGTERM if ctx.rank == 1 else None)
-    stop = agreed_stop(runner)
+    stop = runner.agreed_stop()
     return {
         "episodes": episodes,
         "agreed_stop": stop,
@@ -96,15 +95,17 @@ def train_and_compare(plan, reducer: str) -> dict:
     }
 
 
-def rollout(runner: FleetRunner) -> None:
-    """One rollout into the runner's storage, exactly as FleetRunner.learn collects it."""
+def rollout(runner: FleetRunner, returns: bool = False) -> None:
+    """One rollout into the runner's storage, exactly as FleetRunner.learn collects it; with `returns`, PPO's
+    returns computed from it as its update begins."""
     obs = runner.env.get_observations()
     with torch.inference_mode():
         for _ in range(STEPS):
             actions = runner.alg.act(obs)
             obs, rewards, dones, extras = runner.env.step(actions)
             runner.alg.process_env_step(obs, rewards, dones, extras)
-        runner.alg.compute_returns(obs)
+        if returns:
+            runner.alg.compute_returns(obs)
 
 
 STORAGE_FIELDS = ("actions", "rewards", "dones", "values", "actions_log_prob", "returns", "advantages")
@@ -119,14 +120,14 @@ def averaged_update(plan, out_dir: str, reducer: str, fast: bool, sync: int = 1)
     )
     assert (runner.alg.engine is not None) == fast
     runner.alg.broadcast_parameters()
-    rollout(runner)
+    rollout(runner, returns=True)
     storage = runner.alg.storage
     saved = {name: getattr(storage, name).clone() for name in STORAGE_FIELDS}
     saved["observations"] = storage.observations.clone()
     saved["distribution_params"] = tuple(p.clone() for p in storage.distribution_params)
     saved["initial_actor"] = {k: v.clone() for k, v in runner.alg.get_policy().state_dict().items()}
     saved["initial_critic"] = {k: v.clone() for k, v in runner.alg.critic.state_dict().items()}
-    runner.alg.update()
+    runner.alg.optimize()
     saved["final_actor"] = runner.alg.get_policy().state_dict()
     saved["reducer"] = runner.reducer_name
     torch.save(saved, pathlib.Path(out_dir) / f"rank{ctx.rank}.pt")
@@ -210,17 +211,16 @@ def normaliser_statistics(plan, reducer: str) -> dict:
     from rsl_rl.modules import EmpiricalNormalization
 
     from mjfleet.rl.normalizer import update_normalizer
-    from mjfleet.rl.reduce import choose_reducer
 
     ctx = start_worker(plan)
-    sums = choose_reducer(reducer, torch.zeros(100), ctx.group)
+    sums = _averaged_gradients(ctx, reducer)
     generator = torch.Generator().manual_seed(0)
     batches = [
         torch.randn(2, 64, 5, generator=generator) * (1 + i) + i for i in range(3)
     ]  # 3 updates, 2 ranks
     ours, theirs, single = EmpiricalNormalization(5), EmpiricalNormalization(5), EmpiricalNormalization(5)
     for batch in batches:
-        update_normalizer(ours, batch[ctx.rank], sums.sum)
+        sums.update_normalizer(ours, batch[ctx.rank])
         theirs.update(batch[ctx.rank])  # rsl_rl's: all_reduce on the default group
         update_normalizer(single, batch.reshape(-1, 5), None)
     stats = {
@@ -229,10 +229,81 @@ def normaliser_statistics(plan, reducer: str) -> dict:
     }
     gathered = _gather(stats["ours"])
     return {
-        "reducer": sums.name,
+        "reducer": sums.reducer_name,
         "identical_on_ranks": all(torch.equal(g, gathered[0]) for g in gathered),
         "equal_to_rsl_rl": torch.equal(stats["ours"], stats["theirs"]),
         "max_difference_to_one_process": float((stats["ours"] - stats["single"]).abs().max()),
+    }
+
+
+# ------------------------------------------------------------------------------------------ the averaged step
+def _networks(seed: int = 0) -> dict[str, torch.nn.Module]:
+    torch.manual_seed(seed)
+    return {
+        "actor": torch.nn.Linear(5, 3),
+        "critic": torch.nn.Sequential(torch.nn.Linear(5, 8), torch.nn.Linear(8, 1)),
+    }
+
+
+def _averaged_gradients(ctx, reducer: str, networks: dict | None = None, **kwargs):
+    """An AveragedGradients over `networks` (two small ones by default), its reducer `reducer` for `ctx`."""
+    from mjfleet.rl.gradients import AveragedGradients
+
+    networks = networks if networks is not None else _networks()
+    params = {name: list(net.parameters()) for name, net in networks.items()}
+    groups = [{"params": p, "lr": 0.01 * (i + 1)} for i, p in enumerate(params.values())]
+    grads = AveragedGradients(params, torch.optim.AdamW(groups, weight_decay=0.1), **kwargs)
+    grads.connect(reducer, ctx)
+    return grads
+
+
+def _rank_gradients(grads, rank: int) -> None:
+    """Rank-dependent gradients (large enough for clipping to act) and extra slot."""
+    generator = torch.Generator().manual_seed(100 + rank)
+    grads.flat.copy_(torch.randn(grads.flat.shape, generator=generator) * (3 + 5 * rank))
+
+
+def averaged_step(plan, reducer: str) -> dict:
+    """Each rank: two networks broadcast from rank 0 (rank 1 starts elsewhere), then three averaged steps of
+    rank-dependent gradients through `reducer` (clip, fused AdamW step). Each rank also runs the same three steps
+    in one process on the mean of both ranks' gradients (on its own, for reducer "none")."""
+    ctx = start_worker(plan)
+    networks = _networks(seed=ctx.rank)  # different on each rank until the broadcast
+    grads = _averaged_gradients(ctx, reducer, networks, extra_slots=1)
+    grads.broadcast(*networks.values())
+    after_broadcast = torch.cat(
+        [p.detach().reshape(-1) for net in networks.values() for p in net.parameters()]
+    )
+    extras = []
+    for _ in range(3):
+        _rank_gradients(grads, ctx.rank)
+        grads.average()
+        extras.append(float(grads.extra[0]))
+        grads.clip(1.0)
+        grads.step()
+    mine = torch.cat([p.detach().reshape(-1) for net in networks.values() for p in net.parameters()])
+    single = _networks(seed=0)
+    one = _averaged_gradients(WorkerContext.single("cpu"), reducer, single, extra_slots=1)
+    assert one.reducer is None
+    mean_extras = []
+    for _ in range(3):
+        ranks = []
+        for r in range(ctx.world_size):
+            _rank_gradients(one, r)
+            ranks.append(one.flat.clone())
+        one.flat.copy_(ranks[ctx.rank] if reducer == "none" else torch.stack(ranks).mean(0))
+        mean_extras.append(float(one.extra[0]))
+        one.clip(1.0)
+        one.step()
+    expected = torch.cat([p.detach().reshape(-1) for net in single.values() for p in net.parameters()])
+    everyone, broadcast = _gather(mine), _gather(after_broadcast)
+    return {
+        "reducer": grads.reducer_name,
+        "broadcast_identical": all(torch.equal(b, broadcast[0]) for b in broadcast),
+        "identical_on_ranks": all(torch.equal(p, everyone[0]) for p in everyone),
+        "max_difference_to_one_process": float((mine - expected).abs().max()),
+        "extra_difference": max(abs(a - b) for a, b in zip(extras, mean_extras, strict=True)),
+        "moved": not torch.equal(mine, after_broadcast),
     }
 
 

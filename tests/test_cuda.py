@@ -150,7 +150,7 @@ def _updates_from_one_rollout(task: str, variants: list[dict]):
         alg.tf32 = variant.get("tf32", True)
         alg.schedule = variant.get("schedule", schedule)
         alg.policy_changed()
-        losses = alg.update()
+        losses = alg.optimize()
         params = flat(p for m in models for p in m.parameters())
         buffers = flat(b for m in models for b in m.buffers())  # observation normalisers
         results.append((params, buffers, losses, alg.learning_rate, alg.engine is not None))
@@ -262,7 +262,7 @@ def test_graph_replayed_sac_steps_agree_with_op_by_op_steps(task):
         with torch.no_grad():
             alg.log_alpha.copy_(start_alpha)
         alg.optimizer.load_state_dict(copy.deepcopy(start_optimizer))
-        alg.capture = capture
+        alg.recorded.enabled = capture
         torch.manual_seed(0)
         terms = torch.stack([alg.gradient_step(alg.buffer.sample(1024, alg.cfg.n_step, alg.cfg.gamma),
                                                alg.draw_noise(1024), i % 2 == 0).clone() for i in range(6)])  # fmt: skip
@@ -271,7 +271,8 @@ def test_graph_replayed_sac_steps_agree_with_op_by_op_steps(task):
 
     plain, plain_terms = steps(capture=False)
     replayed, replayed_terms = steps(capture=True)
-    assert alg.capture and set(alg.graphs) == {True, False}  # both kinds recorded, and not given up
+    recorded = alg.recorded
+    assert recorded.enabled and {key[0] for key in recorded.graphs} == {True, False}  # both kinds, kept
     start_flat = torch.cat([t.flatten() for state in start for t in state.values()] + [start_alpha]).cpu()
     assert (plain - start_flat).abs().max() > 1e-4  # the steps changed the networks
     torch.testing.assert_close(replayed, plain, rtol=1e-4, atol=1e-5)

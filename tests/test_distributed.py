@@ -25,27 +25,25 @@ def plan(monkeypatch):
     return make_plan(parse_gpu_ids(["None"]), cpu_workers=2)
 
 
-AVERAGED_CASES = [
-    ("shared-memory", "fast", 1),
-    ("all-gather", "fast", 1),
-    ("all-reduce", "fast", 1),
-    ("shared-memory", "reference", 1),
-    ("all-reduce", "reference", 2),
-]
+REDUCERS = ["shared-memory", "all-gather", "all-reduce", "none"]
+"""Every reducer runs through the averaged-gradient step both algorithms share (`mjfleet.rl.gradients`) once;
+the algorithms' own 2-process checks below use one reducer each."""
+AVERAGED_CASES = [("shared-memory", "fast", 1), ("all-gather", "reference", 2)]
 NORMALISER_REDUCERS = ["shared-memory", "all-reduce"]
-SAC_REDUCERS = ["shared-memory", "all-gather"]
+SAC_REDUCERS = ["all-reduce"]
 
 
 @pytest.fixture(scope="module")
 def shared_launch(tmp_path_factory):
     """One 2-worker launch running, in turn, what the tests below check: 3 iterations averaged by the default
-    reducer and by none, the normaliser through two reducers, one averaged update per reducer and path (rank
+    reducer and by none, the averaged-gradient step through every reducer, the normaliser through two reducers, one averaged update per reducer and path (rank
     files under `out/<case>`), SAC's training and averaged step, shared-memory rounds, and last (it sets RANK and WORLD_SIZE to nonsense) a runner
     built from its context. Starting the workers once instead of for each check keeps the suite short."""
     import distributed_workers as w
 
     out = tmp_path_factory.mktemp("averaged")
     calls = [("train_and_compare", ("auto",)), ("train_and_compare", ("none",))]
+    calls += [("averaged_step", (reducer,)) for reducer in REDUCERS]
     calls += [("normaliser_statistics", (reducer,)) for reducer in NORMALISER_REDUCERS]
     for case in AVERAGED_CASES:
         (out / "-".join(map(str, case))).mkdir()
@@ -62,10 +60,12 @@ def shared_launch(tmp_path_factory):
         patch.setenv("PYTHONPATH", f"{TESTS}:{':'.join(sys.path)}")
         plan = make_plan(parse_gpu_ids(["None"]), cpu_workers=2)
         results = run_workers(plan, w.in_sequence, plan, calls, log_dir="")
-    normaliser = dict(zip(NORMALISER_REDUCERS, results[2:4], strict=True))
+    steps = dict(zip(REDUCERS, results[2 : 2 + len(REDUCERS)], strict=True))
+    normaliser = dict(zip(NORMALISER_REDUCERS, results[2 + len(REDUCERS) : 4 + len(REDUCERS)], strict=True))
     return {
         "auto": results[0],
         "none": results[1],
+        "steps": steps,
         "normaliser": normaliser,
         "out": out,
         "sac": results[-3 - len(SAC_REDUCERS)],
@@ -106,15 +106,29 @@ def test_the_normaliser_syncs_through_the_reducer_as_rsl_rl_syncs_it(shared_laun
     assert result["max_difference_to_one_process"] < 1e-5
 
 
+@pytest.mark.parametrize("reducer", REDUCERS)
+def test_the_averaged_gradient_step_equals_one_process_stepping_on_the_mean_gradients(shared_launch, reducer):
+    """The step PPO and SAC share: rank 0's parameters broadcast, then three steps (gradients and an extra slot
+    averaged, each network clipped, one fused AdamW step) equal one process stepping on both ranks' mean
+    gradients; identical on both ranks. Reducer "none" steps each rank on its own gradients: they drift apart."""
+    result = shared_launch["steps"][reducer]
+    assert result["reducer"] == reducer
+    assert result["broadcast_identical"] and result["moved"]
+    assert result["max_difference_to_one_process"] < 1e-6
+    assert result["extra_difference"] < 1e-6
+    assert result["identical_on_ranks"] == (reducer != "none")
+
+
 def test_without_gradient_averaging_the_ranks_drift_apart(shared_launch):
     assert not shared_launch["none"]["params_identical"]
 
 
 @pytest.mark.parametrize("case", AVERAGED_CASES, ids=["-".join(map(str, c)) for c in AVERAGED_CASES])
 def test_averaged_update_equals_one_process_update_on_both_ranks_data(shared_launch, case):
-    """Every reducer, forced through its setting, and both update paths average to the one-process update; so
-    do 2 minibatches per rank accumulated into one step (grad_sync_period 2): the mean of the same gradients."""
+    """Both update paths average to the one-process update; so do 2 minibatches per rank accumulated into one
+    step (grad_sync_period 2): the mean of the same gradients."""
     import distributed_workers as w
+    import tensordict  # noqa: F401 - registers its TensorDict (the rank files' observations) as safe to load
 
     reducer, _, _ = case
     out = shared_launch["out"] / "-".join(map(str, case))
@@ -133,7 +147,7 @@ def test_averaged_update_equals_one_process_update_on_both_ranks_data(shared_lau
         torch.cat([r["distribution_params"][i] for r in ranks], dim=1) for i in range(2)
     )
     storage.step = w.STEPS
-    single.alg.update()
+    single.alg.optimize()
     # Same update up to float32 summation order: Adam moves each parameter by about the learning rate (1e-3),
     # so a 2e-5 tolerance is 2% of one step.
     for key, value in single.alg.get_policy().state_dict().items():

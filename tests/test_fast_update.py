@@ -44,15 +44,35 @@ def _perturb(alg, scale=0.3):
     alg.policy_changed()
 
 
-@pytest.mark.parametrize(
-    "settings",
-    [
-        dict(),
-        dict(activation="relu", std_type="log", obs_normalization=True, use_clipped_value_loss=False),
-        dict(activation="tanh", obs_normalization=True, schedule="fixed"),
-    ],
-    ids=["elu-scalar-std", "relu-log-std-normalised-unclipped-value", "tanh-fixed-schedule"],
-)
+LOSS_CASES = {
+    "elu-scalar-std": dict(),
+    "relu-log-std-normalised-unclipped-value": dict(
+        activation="relu", std_type="log", obs_normalization=True, use_clipped_value_loss=False
+    ),
+    "tanh-fixed-schedule": dict(activation="tanh", obs_normalization=True, schedule="fixed"),
+    "other-coefficients": dict(clip_param=0.1, value_loss_coef=0.5, entropy_coef=0.03),
+}
+"""Network variants and, between them, a change of every `PPOLoss` setting (the test below checks that)."""
+SETTING_OF_FIELD = {"adaptive_kl": "schedule"}
+"""`PPOLoss` fields that follow from another setting: the setting that changes them."""
+
+
+def test_the_loss_cases_change_every_setting_of_the_loss_the_engine_writes_out():
+    """The reference's loss is the one source of truth: every PPOLoss setting is one the engine declares it
+    writes out, and the equality test below changes each of them (normalize_advantage_per_mini_batch by its own
+    parameter). A setting added to PPOLoss fails here until the engine writes it out and a case changes it."""
+    import dataclasses
+
+    from mjfleet.rl.fast import WRITTEN_OUT
+    from mjfleet.rl.ppo import PPOLoss
+
+    fields = {f.name for f in dataclasses.fields(PPOLoss)}
+    assert fields == WRITTEN_OUT
+    changed = {key for case in LOSS_CASES.values() for key in case} | {"normalize_advantage_per_mini_batch"}
+    assert {SETTING_OF_FIELD.get(name, name) for name in fields} <= changed
+
+
+@pytest.mark.parametrize("settings", LOSS_CASES.values(), ids=LOSS_CASES.keys())
 @pytest.mark.parametrize("normalize_advantages", [False, True])
 def test_losses_kl_and_every_gradient_equal_the_reference(settings, normalize_advantages):
     runner = _rollout_runner(**settings)
@@ -64,12 +84,12 @@ def test_losses_kl_and_every_gradient_equal_the_reference(settings, normalize_ad
     for batch in alg.storage.mini_batch_generator(alg.num_mini_batches, 1):
         advantages = batch.advantages.clone()  # the reference normalises them in place
         terms, kl = alg.minibatch_gradients(batch)
-        grads = alg.flat_grad[:-1].clone()
+        grads = alg.gradients.flat[:-1].clone()
         batch.advantages = advantages
-        alg.flat_grad.fill_(float("nan"))  # every gradient must be written, not left over
+        alg.gradients.flat.fill_(float("nan"))  # every gradient must be written, not left over
         our_terms, our_kl = alg.engine.gradients(batch)
         torch.testing.assert_close(our_terms, terms, rtol=1e-5, atol=1e-6)
-        torch.testing.assert_close(alg.flat_grad[:-1], grads, rtol=1e-4, atol=1e-6)
+        torch.testing.assert_close(alg.gradients.flat[:-1], grads, rtol=1e-4, atol=1e-6)
         if settings.get("schedule") == "fixed":
             assert kl is None and our_kl is None
         else:
@@ -94,7 +114,7 @@ def test_the_fast_update_equals_the_reference_update():
         if not fast:
             runner.alg.engine = None
         torch.manual_seed(5)
-        runs.append((runner.alg, runner.alg.update()))
+        runs.append((runner.alg, runner.alg.optimize()))
     (ours, our_losses), (theirs, their_losses) = runs
     for key in ("value", "surrogate", "entropy"):
         assert our_losses[key] == pytest.approx(their_losses[key], rel=1e-4, abs=1e-6)
@@ -122,7 +142,7 @@ def test_an_update_reads_normaliser_statistics_loaded_without_telling_the_engine
             )
         before = torch.cat([p.detach().flatten() for p in alg.trained])
         torch.manual_seed(5)
-        alg.update()
+        alg.optimize()
         runs.append((before, torch.cat([p.detach().flatten() for p in alg.trained])))
     (before, ours), (_, theirs) = runs
     # as a whole: a sample at a clip boundary may round to the other side (on the first layer's weights, 7.7e-5)
@@ -132,7 +152,7 @@ def test_an_update_reads_normaliser_statistics_loaded_without_telling_the_engine
 def test_networks_it_cannot_write_out_run_the_reference():
     runner = _rollout_runner(activation="selu")  # an activation it does not derive
     assert runner.alg.engine is None
-    losses = runner.alg.update()
+    losses = runner.alg.optimize()
     assert all(torch.isfinite(torch.tensor(v)) for v in losses.values())
 
 
@@ -142,7 +162,7 @@ def test_a_variant_that_changes_the_loss_runs_the_reference():
     class DoubledLoss(FleetPPO):
         def minibatch_gradients(self, batch):
             terms, kl = super().minibatch_gradients(batch)
-            self.flat_grad.mul_(2.0)
+            self.gradients.flat.mul_(2.0)
             return terms, kl
 
     from mjfleet.launch.worker import WorkerContext
@@ -152,6 +172,20 @@ def test_a_variant_that_changes_the_loss_runs_the_reference():
     env = spec.make_env(env_cfg)
     alg = build_ppo(env.get_observations(), env, agent, WorkerContext.single("cpu"), DoubledLoss)
     assert type(alg) is DoubledLoss and alg.engine is None
+
+
+def test_a_loss_setting_the_engine_does_not_write_out_runs_the_reference(monkeypatch, caplog):
+    """A PPOLoss setting missing from the engine's WRITTEN_OUT: the engine is not used, with one warning."""
+    from mjfleet.launch.worker import WorkerContext
+    from mjfleet.rl import fast
+    from mjfleet.rl.build import build_ppo
+
+    monkeypatch.setattr(fast, "WRITTEN_OUT", fast.WRITTEN_OUT - {"entropy_coef"})
+    spec, env_cfg, agent = cartpole_configs()
+    env = spec.make_env(env_cfg)
+    alg = build_ppo(env.get_observations(), env, agent, WorkerContext.single("cpu"))
+    assert alg.engine is None
+    assert "['entropy_coef'] are not written out" in caplog.text
 
 
 def test_a_failure_at_the_first_minibatch_falls_back_to_the_reference(caplog):
@@ -175,7 +209,7 @@ def test_a_failure_at_the_first_minibatch_falls_back_to_the_reference(caplog):
         else:
             alg.engine = None
         torch.manual_seed(5)
-        runs.append((alg.update(), [p.detach().clone() for p in alg.trained], alg.engine))
+        runs.append((alg.optimize(), [p.detach().clone() for p in alg.trained], alg.engine))
     (broken_losses, broken_params, engine), (losses, params, _) = runs
     assert engine is None
     assert sum("fast PPO update turned off" in r.getMessage() for r in caplog.records) == 1
@@ -214,7 +248,7 @@ def test_the_rollouts_std_follows_every_update():
     with torch.inference_mode():
         alg.act(obs)
     before = alg.transition.distribution_params[1][0].clone()
-    alg.update()
+    alg.optimize()
     with torch.inference_mode():
         alg.act(obs)
     after = alg.transition.distribution_params[1][0]
@@ -265,12 +299,12 @@ def test_the_clipping_and_adam_step_equal_rsl_rls():
     alg = runner.alg
     batch = next(alg.storage.mini_batch_generator(alg.num_mini_batches, 1))
     alg.minibatch_gradients(batch)
-    alg.flat_grad[:-1].mul_(1000.0)  # far above max_grad_norm: clipping must act
+    alg.gradients.flat[:-1].mul_(1000.0)  # far above max_grad_norm: clipping must act
     theirs = [p.detach().clone().requires_grad_() for p in alg.trained]
     for p, ours in zip(theirs, alg.trained, strict=True):
         p.grad = ours.grad.clone()
     num_actor = len(list(alg.actor.parameters()))
-    alg.apply_gradients(None)
+    alg.apply_gradients()
     torch.nn.utils.clip_grad_norm_(theirs[:num_actor], alg.max_grad_norm)
     torch.nn.utils.clip_grad_norm_(theirs[num_actor:], alg.max_grad_norm)
     torch.optim.Adam(theirs, lr=alg.learning_rate).step()

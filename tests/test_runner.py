@@ -124,7 +124,7 @@ def test_fleet_ppo_update_equals_rsl_rl_ppo_update_on_the_same_rollout(tmp_path,
     )
 
     torch.manual_seed(7)
-    ours = alg.update()
+    ours = alg.optimize()
     torch.manual_seed(7)
     theirs = reference.update()
 
@@ -174,7 +174,7 @@ def test_accumulating_the_minibatches_of_an_epoch_equals_one_full_batch_step():
         runner = FleetRunner(spec.make_env(env_cfg), agent, None, "cpu")
         start = [p.detach().clone() for p in runner.alg.trained]
         _collect(runner)
-        losses = runner.alg.update()
+        losses = runner.alg.optimize()
         runs.append((start, [p.detach().clone() for p in runner.alg.trained], losses))
     alg = runner.alg
     (start, full, full_losses), (start_k, accumulated, losses) = runs
@@ -238,7 +238,7 @@ def test_a_one_worker_runner_reads_no_rank_variables(monkeypatch, tmp_path):
     runner = FleetRunner(
         spec.make_env(env_cfg), agent, context=WorkerContext.single("cpu"), log_format="compact"
     )
-    assert runner.ctx.world_size == 1 and runner.alg.reducer is None
+    assert runner.ctx.world_size == 1 and runner.alg.gradients.reducer is None
     assert runner.describe() == "update: fast engine; one worker, nothing averaged"
     before = [p.detach().clone() for p in runner.alg.trained]
     runner.learn(1)

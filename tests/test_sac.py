@@ -241,7 +241,7 @@ def test_weight_decay_shrinks_the_networks_weights_and_leaves_the_temperature_al
     critic = TwinCritic(3, 2, (8,), "elu", obs_normalization=False)
     alg = FleetSAC(actor, critic, ReplayBuffer(64, 4, 3, 3, 2, "cpu"), settings, "cpu")
     before = [p.detach().clone() for p in (*critic.parameters(), *actor.parameters(), alg.log_alpha)]
-    alg.flat_grad.zero_()  # no gradient: Adam's step is zero and only the decay moves a weight
+    alg.gradients.zero_()  # no gradient: Adam's step is zero and only the decay moves a weight
     alg.optimizer.step()
     after = [*critic.parameters(), *actor.parameters(), alg.log_alpha]
     for old, new in zip(before[:-1], after[:-1], strict=True):
@@ -333,7 +333,7 @@ def test_the_warm_up_acts_at_random_in_a_fresh_run_and_with_the_policy_in_a_resu
     from tensordict import TensorDict
 
     trained = _small_sac(random_steps=5)
-    state = trained.save()
+    state = trained.state_dict()
     obs = TensorDict({"actor": torch.randn(4, 3)}, batch_size=[4])
 
     def warm_up_action_and_its_two_sources(alg):
@@ -349,7 +349,7 @@ def test_the_warm_up_acts_at_random_in_a_fresh_run_and_with_the_policy_in_a_resu
     taken, random, sampled = warm_up_action_and_its_two_sources(_small_sac(random_steps=5))
     assert torch.equal(taken, random) and not torch.equal(taken, sampled)
     resumed = _small_sac(random_steps=5)
-    resumed.load(state)
+    resumed.load_state_dict(state)
     taken, random, sampled = warm_up_action_and_its_two_sources(resumed)
     assert torch.equal(taken, sampled) and not torch.equal(taken, random)
     resumed._rows_since_update = 3  # still the warm-up: no gradient step, policy or not
@@ -395,7 +395,7 @@ def test_a_critic_only_step_moves_the_critics_as_a_full_step_and_leaves_actor_an
     assert torch.equal(alpha, start[1]) and not torch.equal(full_alpha, start[1])
     assert terms[0] == full_terms[0] and not terms[1:].any()
     # The actor's gradients are the flat buffer's views again: the next full step writes and averages them.
-    flat = alg.flat_grad.untyped_storage().data_ptr()
+    flat = alg.gradients.flat.untyped_storage().data_ptr()
     assert all(p.grad.untyped_storage().data_ptr() == flat for p in alg.actor.parameters())
 
 
@@ -407,7 +407,9 @@ def test_with_a_policy_delay_the_actor_and_temperature_step_once_every_k_gradien
     alg = _small_sac(policy_delay=3, random_steps=0, updates_per_step=1.0, batch_size=16)
     alg._rows_since_update = 7  # seven new vectorised steps: seven gradient steps
     losses = alg.update()
-    adam_steps = {name: int(alg.optimizer.state[params[0]]["step"]) for name, params in alg.groups.items()}
+    adam_steps = {
+        name: int(alg.optimizer.state[params[0]]["step"]) for name, params in alg.gradients.params.items()
+    }
     assert adam_steps == {"critic": 7, "actor": 3, "alpha": 3}  # steps 0, 3 and 6 move the actor too
     assert losses["actor"] != 0.0 and losses["entropy"] != 0.0  # means over the actor's steps, not all seven
     with pytest.raises(UsageError, match="policy-delay"):

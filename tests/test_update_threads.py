@@ -88,9 +88,9 @@ def test_runner_updates_on_the_chosen_thread_count_and_collects_on_one(tmp_path)
         assert runner.update_threads.adaptive
         update = runner.alg.update
 
-        def spy():
+        def spy(obs):
             threads_seen.append(torch.get_num_threads())
-            return update()
+            return update(obs)
 
         runner.alg.update = spy
         record = runner.learn(5)

@@ -262,10 +262,10 @@ def _timed_training(job: BenchJob, runner, device: torch.device) -> list[dict[st
     # Untimed: the first iteration (optimizer state, caches) and, where the update's thread count is chosen by
     # measurement, every update until it has tried both counts (as `train` does in its first iterations).
     warmup = max(1, runner.update_threads.opening_updates)
-    reducer = runner.alg.reducer
+    reducer = runner.alg.gradients.reducer
     stopwatch = Stopwatch(device)
     if reducer is not None:
-        runner.alg.reducer = Timed(reducer, "average", stopwatch)
+        runner.alg.gradients.reducer = Timed(reducer, "average", stopwatch)
     iterations: list[dict[str, float]] = []
     marks = {"wall": time.perf_counter(), "cpu": time.process_time()}
 
@@ -298,7 +298,7 @@ def _timed_training(job: BenchJob, runner, device: torch.device) -> list[dict[st
     finally:
         runner.hooks.on_iteration = None
         if reducer is not None:
-            runner.alg.reducer = reducer
+            runner.alg.gradients.reducer = reducer
     return iterations[warmup:]
 
 

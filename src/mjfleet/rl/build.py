@@ -1,5 +1,6 @@
-"""Builds the algorithm a runner trains: for PPO, rsl_rl's models and storage, the reducer, FleetPPO and its
-update engine; SAC is built by `mjfleet.rl.sac.build`.
+"""Builds PPO for a runner: rsl_rl's models and storage, FleetPPO, its reducer and its update engine; and PPO's
+actor back out of a checkpoint (`play`, export). SAC's counterpart is `mjfleet.rl.sac.build`; the runner reaches
+either through `mjfleet.rl.algorithm`.
 
 Directly from the typed settings (`mjfleet.rl.config`), with no class looked up by name: the actor and critic are
 rsl_rl's `MLPModel`s (the actor with mjfleet's `GaussianDistribution`), the storage rsl_rl's `RolloutStorage`.
@@ -7,29 +8,19 @@ rsl_rl's `MLPModel`s (the actor with mjfleet's `GaussianDistribution`), the stor
 
 from __future__ import annotations
 
-import logging
+from typing import Any
 
+import torch
 from tensordict import TensorDict
 
 from mjfleet.launch.worker import WorkerContext
 from mjfleet.rl.config import AgentConfig
 from mjfleet.rl.distribution import GaussianDistribution
 from mjfleet.rl.ppo import FleetPPO
-from mjfleet.rl.reduce import Reducer, choose_reducer
-
-log = logging.getLogger(__name__)
+from mjfleet.runs.run_dir import to_plain
 
 OBS_GROUPS = {"actor": ["actor"], "critic": ["critic"]}
 """Which observation groups each network reads: the environments' "actor" and "critic" groups."""
-
-
-def build_algorithm(obs: TensorDict, env, agent: AgentConfig, ctx: WorkerContext):
-    """The algorithm `agent.algorithm_name` names: FleetPPO (`build_ppo`) or FleetSAC (`mjfleet.rl.sac`)."""
-    if agent.algorithm_name == "sac":
-        from mjfleet.rl.sac.build import build_sac
-
-        return build_sac(obs, env, agent, ctx)
-    return build_ppo(obs, env, agent, ctx)
 
 
 def build_ppo(
@@ -66,21 +57,25 @@ def build_ppo(
         obs_normalization=agent.critic.obs_normalization,
     ).to(device)
     storage = RolloutStorage("rl", env.num_envs, agent.num_steps_per_env, obs, [env.num_actions], device)
-    alg = algorithm(actor, critic, storage, agent.algorithm, device)
-    alg.reducer = _reducer(agent, alg, ctx)
-    if not agent.algorithm.fast_update:
-        return alg
-    if algorithm.minibatch_gradients is not FleetPPO.minibatch_gradients:
-        log.warning("fast PPO update not used: %s changes the loss", algorithm.__name__)
-        return alg
-    from mjfleet.rl.fast import FastUpdate
+    alg = algorithm(actor, critic, storage, agent.algorithm, device, policy_cfg=to_plain(agent.to_rsl_rl()))
+    alg.gradients.connect(agent.algorithm.gradient_reducer, ctx)
+    if agent.algorithm.fast_update:
+        from mjfleet.rl.fast import FastUpdate
 
-    alg.attach_engine(FastUpdate.build(alg, agent.algorithm.capture_update))
+        alg.attach_engine(FastUpdate.build(alg, agent.algorithm.capture_update))
     return alg
 
 
-def _reducer(agent: AgentConfig, alg: FleetPPO, ctx: WorkerContext) -> Reducer | None:
-    """The gradient reducer for several workers (collective: every rank chooses the same); None for one."""
-    if not ctx.is_distributed:
-        return None
-    return choose_reducer(agent.algorithm.gradient_reducer, alg.flat_grad, ctx.group)
+def ppo_actor_from_checkpoint(
+    state: dict[str, Any], obs: TensorDict, num_actions: int, device: str | torch.device = "cpu"
+):
+    """The actor (rsl_rl MLPModel, normaliser included) a PPO checkpoint holds, in eval mode on `device`; `obs`
+    is one observation batch of the environment it will act in (for the group sizes)."""
+    from rsl_rl.utils import resolve_class
+
+    cfg = state["rsl_rl_cfg"]
+    actor_class, actor_cfg = resolve_class(cfg["actor"])
+    actor = actor_class(obs, cfg["obs_groups"], "actor", num_actions, **actor_cfg).to(device)
+    actor.load_state_dict(state["actor_state_dict"])
+    actor.eval()
+    return actor

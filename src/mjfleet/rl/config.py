@@ -10,8 +10,6 @@ from typing import Literal
 from mjfleet.errors import UsageError
 from mjfleet.rl.sac.config import SACConfig
 
-ALGORITHMS = ("ppo", "sac")
-
 
 @dataclass
 class PolicyConfig:
@@ -81,7 +79,8 @@ class AgentConfig:
 
     algorithm_name: Literal["ppo", "sac"] = "ppo"
     """The learning algorithm: ppo (on-policy: `actor`, `critic`, `algorithm`) or sac (off-policy, a replay
-    buffer per worker: `sac`). `train --algorithm sac` sets it."""
+    buffer per worker: `sac`). `train --algorithm sac` sets it. Each name is an entry of
+    `mjfleet.rl.algorithm.ALGORITHMS`."""
 
     experiment_name: str = "default"
     """Runs are written to logs/<experiment_name>/<timestamp>[_<run_name>]/."""

@@ -32,23 +32,12 @@ _MJCF_TEXT = "_mjcf_xml"
 
 
 def build_actor(state: dict[str, Any], obs: TensorDict, num_actions: int, device: str | torch.device = "cpu"):
-    """The actor (rsl_rl MLPModel, or SAC's squashed Gaussian actor; normaliser included) described by a
-    checkpoint, in eval mode, on `device`.
+    """The actor a checkpoint describes (normaliser included), rebuilt by the algorithm that trained it
+    (`mjfleet.rl.algorithm`), in eval mode, on `device`. `obs` is one observation batch of the environment the
+    policy will act in (for the group sizes)."""
+    from mjfleet.rl.algorithm import actor_from_checkpoint
 
-    `obs` is one observation batch of the environment the policy will act in (for the group sizes).
-    """
-    from rsl_rl.utils import resolve_class
-
-    if state.get("algorithm") == "sac":  # mjfleet.rl.sac: the squashed mean is the deterministic action
-        from mjfleet.rl.sac.networks import build_actor_from_checkpoint
-
-        return build_actor_from_checkpoint(state, obs, num_actions, device)
-    cfg = state["rsl_rl_cfg"]
-    actor_class, actor_cfg = resolve_class(cfg["actor"])
-    actor = actor_class(obs, cfg["obs_groups"], "actor", num_actions, **actor_cfg).to(device)
-    actor.load_state_dict(state["actor_state_dict"])
-    actor.eval()
-    return actor
+    return actor_from_checkpoint(state, obs, num_actions, device)
 
 
 def policy_metadata(

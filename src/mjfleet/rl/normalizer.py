@@ -2,7 +2,7 @@
 
 rsl_rl's `EmpiricalNormalization.update` calls `torch.distributed.all_reduce` itself whenever a process group
 exists, beside whatever averages the gradients. Here the same arithmetic runs with its sums taken by the reducer
-(`mjfleet.rl.reduce`), so every exchange between workers goes through one object: the batch's count and
+(`mjfleet.rl.reduce`, through `mjfleet.rl.gradients`), so every exchange between workers goes through one object: the batch's count and
 mean-sum in one call, then the variance-sum around the global mean in a second (rsl_rl makes three calls). The
 result is the one rsl_rl computes: identical statistics on every rank, those of one process holding every
 rank's batch.
@@ -47,14 +47,11 @@ def update_normalizer(
     torch.sqrt(norm._var, out=norm._std)
 
 
-def update_model_normalizer(model, obs, sum_across_workers: Callable[[torch.Tensor], None] | None) -> None:
-    """rsl_rl's `MLPModel.update_normalization(obs)`, synchronised by `sum_across_workers`."""
-    if not model.obs_normalization:
-        return
-    norm = model.obs_normalizer
-    if not isinstance(norm, EmpiricalNormalization):
+def model_normalizer_input(model, obs) -> torch.Tensor:
+    """What rsl_rl's `MLPModel.update_normalization(obs)` feeds its normaliser: the model's observation groups
+    side by side. Only `EmpiricalNormalization` is synchronised here; another normaliser is a TypeError."""
+    if not isinstance(model.obs_normalizer, EmpiricalNormalization):
         raise TypeError(
-            f"observation normaliser {type(norm).__name__}: mjfleet synchronises EmpiricalNormalization"
+            f"observation normaliser {type(model.obs_normalizer).__name__}: mjfleet synchronises EmpiricalNormalization"
         )
-    norm_input = torch.cat([obs[group] for group in model.obs_groups], dim=-1)
-    update_normalizer(norm, norm_input, sum_across_workers)
+    return torch.cat([obs[group] for group in model.obs_groups], dim=-1)

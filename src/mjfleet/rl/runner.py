@@ -8,25 +8,21 @@ import pathlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 import torch
 
 from mjfleet.launch.worker import WorkerContext
 from mjfleet.rl import checkpoint
 from mjfleet.rl.agreement import agreed_stop, check_consistency
-from mjfleet.rl.build import build_algorithm
+from mjfleet.rl.algorithm import Algorithm, build_algorithm, check_trained_with
 from mjfleet.rl.config import AgentConfig
 from mjfleet.rl.episode_stats import EpisodeStats
-from mjfleet.rl.ppo import FleetPPO
 from mjfleet.rl.stop import StopRequest
 from mjfleet.rl.update_threads import UpdateThreads
 from mjfleet.runs.console import format_iteration
 from mjfleet.runs.metrics import MetricsWriter
 from mjfleet.runs.run_dir import RunDir, to_plain
-
-if TYPE_CHECKING:
-    from mjfleet.rl.sac import FleetSAC
 
 
 class VideoHook(Protocol):
@@ -61,24 +57,25 @@ class RunnerHooks:
 
 
 class FleetRunner:
-    """Trains an rsl_rl-style PPO (`FleetPPO`), or SAC (`mjfleet.rl.sac.FleetSAC`, `agent_cfg.algorithm_name`),
-    on one vectorised environment, as one worker of `context`.
+    """Trains the algorithm `agent_cfg.algorithm_name` names (PPO, SAC: an `mjfleet.rl.algorithm.Algorithm`, known
+    only through that contract) on one vectorised environment, as one worker of `context`.
 
-    It builds the algorithm (`mjfleet.rl.build`) and runs the loop rsl_rl's `OnPolicyRunner` runs (collect, then
-    update; SAC collects into its replay buffer and its update is its gradient steps), with what a fleet needs:
+    It runs the loop rsl_rl's `OnPolicyRunner` runs (collect, then the algorithm's update: PPO's epochs over the
+    rollout, SAC's gradient steps on its replay buffer), with what a fleet needs:
 
     - The worker's place in the run comes as an explicit `WorkerContext` (rank, world size, device, process
       group; default: one worker on `device`): nothing here reads the environment or creates a process group.
       Parameters are broadcast from rank 0 at the start; gradients are averaged after every minibatch by the
-      algorithm's reducer (`mjfleet.rl.reduce`), which carries every other exchange too.
+      algorithm's averaged-gradient step (`mjfleet.rl.gradients`), whose reducer carries every other exchange.
     - Episode statistics are reduced on device and read once per iteration; throughput and counts are global.
     - Only rank 0 writes: metrics.jsonl, TensorBoard/wandb, checkpoints (`mjfleet.rl.checkpoint`).
     - Checkpoints every `save_interval` iterations, at the hooks' extra save points and at the end; what happens
-      to a written checkpoint (pruning, export, upload) is the job's (`RunnerHooks.on_checkpoint`).
+      to a written checkpoint (pruning, export, upload) is the job's (`RunnerHooks.on_checkpoint`). A checkpoint
+      of another algorithm is refused with a usage error.
     - A `StopRequest` (SIGINT/SIGTERM) is checked once per iteration; all ranks agree on it
       (`mjfleet.rl.agreement`), so they stop after the same iteration, save, and `learn` returns with
       `interrupted` set.
-    - On CPU with `update_threads` > the torch threads the worker collects with, each PPO update runs on either
+    - On CPU with `update_threads` > the torch threads the worker collects with, each update runs on either
       count, whichever measures faster (`mjfleet.rl.update_threads`).
     """
 
@@ -105,7 +102,7 @@ class FleetRunner:
         self.stop = stop
         self.log_format = log_format
         obs = env.get_observations()
-        self.alg: FleetPPO | FleetSAC = build_algorithm(obs, env, agent_cfg, self.ctx)
+        self.alg: Algorithm = build_algorithm(obs, env, agent_cfg, self.ctx)
         self.current_learning_iteration = 0
         self.env_steps = 0
         self.metrics: MetricsWriter | None = None
@@ -126,7 +123,7 @@ class FleetRunner:
         self.update_threads = UpdateThreads.for_update(
             available=update_threads if on_cpu else 1,
             minibatch_size=self.alg.mini_batch_size,
-            num_parameters=self.alg.num_trained_parameters,
+            num_parameters=self.alg.gradients.num_parameters,
             base=torch.get_num_threads(),
         )
 
@@ -138,7 +135,7 @@ class FleetRunner:
     @property
     def reducer_name(self) -> str | None:
         """How gradients are averaged across workers (None: one worker)."""
-        return self.alg.reducer.name if self.alg.reducer is not None else None
+        return self.alg.gradients.reducer_name
 
     def describe(self) -> str:
         """What runs, for the start-up line: the algorithm's update and how it averages across workers."""
@@ -204,19 +201,18 @@ class FleetRunner:
                         video.step()
                     if on_step is not None:
                         on_step()
-                self.alg.compute_returns(obs)
             # the one host synchronisation of the rollout
-            episode = stats.collect(self.alg.sum_across_workers)
+            episode = stats.collect(self.alg.gradients.sum_across_workers)
             t1 = time.perf_counter()
             with self.update_threads.applied():
-                losses = self.alg.update()
+                losses = self.alg.update(obs)
             t2 = time.perf_counter()
 
             self.current_learning_iteration = it + 1
             self.env_steps += steps_per_iteration
             interval = self.agent_cfg.consistency_check_interval
             if self.ctx.is_distributed and interval > 0 and (it + 1) % interval == 0:
-                check_consistency(self)
+                check_consistency(self.alg.consistency_tensors(), self.alg.gradients.reducer, it + 1)
             record = self._record(it, episode, losses, t1 - t0, t2 - t1, steps_per_iteration)
             record.update(progress)
             if self.hooks.evaluate is not None:
@@ -231,7 +227,7 @@ class FleetRunner:
                 if self.metrics is not None:
                     self.metrics.write(record, stats.recent)
                 self._publish_videos(it)
-            stop_signal = agreed_stop(self)
+            stop_signal = self.agreed_stop()
             if stop_signal or self.is_save_point(it + 1):
                 self.save_checkpoint()
             if stop_signal:
@@ -252,11 +248,9 @@ class FleetRunner:
             "episodes": int(episode.pop("episodes")),
             "collect_time": collect_time,
             "learn_time": learn_time,
-            "learning_rate": self.alg.learning_rate,
-            "Policy/action_std": float(self.alg.action_std.mean()),
+            **self.alg.record(),
         }
         record.update({f"Loss/{k}": v for k, v in losses.items()})
-        record.update(self.alg.record_entries())
         if self.update_threads.adaptive:
             record["Perf/update_threads"] = self.update_threads.history[-1][0]
         record.update(episode)
@@ -290,28 +284,52 @@ class FleetRunner:
     def save_checkpoint(self) -> pathlib.Path | None:
         """Collective: write model_<iteration>.pt (rank 0, when it has a run directory), then the job's
         `on_checkpoint`. Every rank must call it at the same iteration."""
-        rng_states = checkpoint.gather_rng_states(self)
+        rng_states = checkpoint.gather_rng_states(self.alg.gradients.reducer, self.device, self.ctx.backend)
         self.saved_iteration = self.current_learning_iteration
         if not self.ctx.is_main or self.run_dir is None:
             return None
         path = self.run_dir.checkpoint(self.current_learning_iteration)
-        checkpoint.save(self, path, rng_states=rng_states)
+        self.save(path, rng_states=rng_states)
         self.last_checkpoint = path
         if self.hooks.on_checkpoint is not None:
             self.hooks.on_checkpoint(path, self.current_learning_iteration)
         return path
 
-    def save(self, path: str | os.PathLike, infos: dict | None = None) -> None:
-        """Write this rank's checkpoint to `path` (`mjfleet.rl.checkpoint.save`)."""
-        checkpoint.save(self, path, infos)
+    def save(
+        self, path: str | os.PathLike, infos: dict | None = None, rng_states: list | None = None
+    ) -> None:
+        """Write a checkpoint to `path` (`mjfleet.rl.checkpoint`): the algorithm's name and state, the counts, the
+        settings, `infos` beside `checkpoint_info`, and the RNG states (this rank's unless given)."""
+        state = {"algorithm": self.alg.name, **self.alg.state_dict()}
+        state["iter"] = self.current_learning_iteration
+        state["env_steps"] = self.env_steps
+        state["infos"] = {**self.checkpoint_info, "world_size": self.ctx.world_size, **(infos or {})}
+        state["agent_cfg"] = to_plain(dataclasses.asdict(self.agent_cfg))
+        state["rng_states"] = rng_states if rng_states is not None else [checkpoint.rng_state(self.device)]
+        checkpoint.write(path, state)
 
     def load(self, path, strict: bool = True, map_location=None, restore_rng: bool = True) -> dict:
-        """Restore a checkpoint (`mjfleet.rl.checkpoint.load`); returns its `infos`."""
-        return checkpoint.load(self, path, strict, map_location, restore_rng)
+        """Restore the algorithm's state, the iteration and step counts, and this rank's torch RNG state when the
+        checkpoint has one for it; returns its `infos`. A checkpoint of another algorithm is a UsageError."""
+        state = checkpoint.read(path, map_location or self.device)
+        check_trained_with(state, self.alg.name, path)
+        self.alg.load_state_dict(state, strict)
+        self.current_learning_iteration = state["iter"]
+        self.env_steps = state.get("env_steps", 0)
+        self.saved_iteration = self.current_learning_iteration
+        rng_states = state.get("rng_states") or []
+        if restore_rng and self.ctx.rank < len(rng_states):
+            checkpoint.set_rng_state(rng_states[self.ctx.rank], self.device)
+        return state.get("infos") or {}
+
+    def agreed_stop(self) -> int:
+        """Collective: the signal that asked any rank to stop (0: none), the same on every rank."""
+        local = (self.stop.signum or 0) if self.stop is not None else 0
+        ctx = self.ctx
+        return agreed_stop(
+            local, ctx.rank, ctx.world_size, self.device, self.alg.gradients.sum_across_workers
+        )
 
     def policy_parameters(self):
-        """Every actor and critic parameter, in a fixed order (SAC: its target critics and temperature too), as
-        the consistency check compares them across ranks."""
-        yield from self.alg.get_policy().parameters()
-        yield from self.alg.critic.parameters()
-        yield from self.alg.consistency_extras()
+        """What the consistency check compares across ranks: the algorithm's `consistency_tensors`."""
+        return self.alg.consistency_tensors()

@@ -152,11 +152,9 @@ def resolve(task_name: str, flags: Any, plan: WorkerPlan) -> TrainJob:
 
 def _check_algorithm(agent: AgentConfig, state: dict[str, Any], path: pathlib.Path) -> None:
     """A checkpoint continues with the algorithm that trained it (its networks are that algorithm's)."""
-    trained_with = state.get("algorithm", "ppo")
-    if trained_with != agent.algorithm_name:
-        raise UsageError(
-            f"{path} was trained with {trained_with}: resume it with --algorithm {trained_with}, or start a new run"
-        )
+    from mjfleet.rl.algorithm import check_trained_with
+
+    check_trained_with(state, agent.algorithm_name, path)
 
 
 def _adopt_network_shapes(agent: AgentConfig, state: dict[str, Any], path: pathlib.Path) -> None:

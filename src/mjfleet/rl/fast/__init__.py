@@ -1,28 +1,43 @@
-"""The fast update engine beside the reference PPO (`mjfleet.rl.ppo`): same minibatches, same reducer, clipping
-and optimizer step, fewer operations per minibatch.
+"""The fast update engine beside the reference PPO (`mjfleet.rl.ppo`): same minibatches, same averaged step
+(reducer, clipping, optimiser), fewer operations per minibatch.
 
 - MLP policies (every task's default): rollout actions and each minibatch's loss and gradients are written out
   layer by layer instead of run through module calls and autograd (`mlp.py`);
-- on CUDA, each minibatch's gradients are one replayed CUDA graph (`cuda_graph.py`).
+- on CUDA, each minibatch's gradients are one replayed CUDA graph (`cuda_graph.py`), recorded again whenever the
+  loss's settings (`PPOLoss`), the precision or the minibatch size change.
 
-`FastUpdate.build` returns None, with one warning, for networks it does not write out; a failure at the first
-rollout step or the first minibatch (a changed library, say) raises `Declined` before anything was applied, and
-FleetPPO then runs the reference instead. A failed CUDA-graph recording falls back to the op-by-op engine.
-tests/test_fast_update.py checks it equal to the reference.
-
-The engine depends on FleetPPO's public pieces (its settings, storage, flat gradient buffer, `Declined`); FleetPPO
-knows it only as an `UpdateEngine` that `mjfleet.rl.build` attaches.
+The reference's `FleetPPO.minibatch_gradients` is the loss; this engine is checked equal to it and never trusted
+beyond that check. `WRITTEN_OUT` names the `PPOLoss` settings `mlp.py` writes out, and tests/test_fast_update.py
+checks losses, KL and every gradient against the reference's autograd with each of them changed: a loss setting
+added to `PPOLoss` without being written out here, a subclass of FleetPPO with its own loss, or networks `mlp.py`
+does not write out make `FastUpdate.build` return None with one warning, and the reference runs. A failure at the
+first rollout step or the first minibatch (a changed library, say) raises `Declined` before anything was applied,
+and FleetPPO then runs the reference instead. A failed CUDA-graph recording falls back to the op-by-op engine.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 
 import torch
 
 from mjfleet.errors import first_line
 from mjfleet.rl.fast.mlp import MlpGradients, Unsupported
-from mjfleet.rl.ppo import Declined, FleetPPO
+from mjfleet.rl.gradients import RecordedGradients
+from mjfleet.rl.ppo import Declined, FleetPPO, PPOLoss
+
+WRITTEN_OUT = frozenset(
+    {
+        "clip_param",
+        "value_loss_coef",
+        "entropy_coef",
+        "use_clipped_value_loss",
+        "normalize_advantage_per_mini_batch",
+        "adaptive_kl",
+    }
+)
+"""The `PPOLoss` settings `mlp.py` writes out (tests/test_fast_update.py changes each of them)."""
 
 log = logging.getLogger(__name__)
 
@@ -41,11 +56,23 @@ class FastUpdate:
     def __init__(self, alg: FleetPPO, capture: bool) -> None:
         self.alg = alg
         self.gradients = MlpGradients(alg)
-        self.capture = capture and torch.device(alg.device).type == "cuda"
-        """Replay each minibatch as a recorded CUDA graph."""
-        self.graph = None
-        self._graph_key: tuple = ()
+        self.recorded: RecordedGradients = RecordedGradients("PPO minibatch", alg.device, capture)
+        """Each minibatch replayed from a recorded CUDA graph (on CUDA, `capture_update`)."""
         self._proven: set[str] = set()
+
+    @property
+    def capture(self) -> bool:
+        """Whether minibatches replay a recorded CUDA graph (off after a failed recording)."""
+        return self.recorded.enabled
+
+    @capture.setter
+    def capture(self, on: bool) -> None:
+        self.recorded.enabled = on
+
+    @property
+    def graph(self):
+        """The recorded minibatch (`cuda_graph.GraphedMinibatch`), None before the first."""
+        return next(iter(self.recorded.graphs.values()), None)
 
     @property
     def name(self) -> str:
@@ -59,12 +86,19 @@ class FastUpdate:
 
     @classmethod
     def build(cls, alg: FleetPPO, capture: bool = True) -> FastUpdate | None:
-        """The engine for `alg`'s networks, or None (with a warning) where the reference must run."""
-        try:
-            return cls(alg, capture)
-        except Unsupported as exc:
-            log.warning("fast PPO update not used (%s): the reference update runs", exc)
-            return None
+        """The engine for `alg`'s loss and networks, or None (with a warning) where the reference must run."""
+        reason = None
+        if type(alg).minibatch_gradients is not FleetPPO.minibatch_gradients:
+            reason = f"{type(alg).__name__} changes the loss"
+        elif {f.name for f in dataclasses.fields(PPOLoss)} != WRITTEN_OUT:
+            reason = f"PPOLoss settings {sorted({f.name for f in dataclasses.fields(PPOLoss)} - WRITTEN_OUT)} are not written out"
+        else:
+            try:
+                return cls(alg, capture)
+            except Unsupported as exc:
+                reason = str(exc)
+        log.warning("fast PPO update not used (%s): the reference update runs", reason)
+        return None
 
     def _first_call(self, what: str, fn, *args):
         """`fn(*args)`; the first call of each `what` raises `Declined` instead of failing."""
@@ -99,38 +133,20 @@ class FastUpdate:
         # What the engine copies from the networks is read afresh: the parameters may have been loaded directly
         # (a state dict), without FleetPPO.policy_changed.
         self.gradients.refresh()
-        if self.capture:
-            try:
-                return self._graphed_minibatches()
-            except Exception as exc:  # an optimisation: go on op by op, loudly, once
-                torch.cuda.synchronize(alg.device)
-                self.capture = False
-                log.warning(
-                    "the PPO minibatch could not be recorded as a CUDA graph (%s); op by op", first_line(exc)
-                )
-        batches = alg.storage.mini_batch_generator(alg.num_mini_batches, alg.num_learning_epochs)
-        return batches, lambda batch: self._first_call("first minibatch", self.gradients, batch)
 
-    def _graphed_minibatches(self):
+        def op_by_op():
+            batches = alg.storage.mini_batch_generator(alg.num_mini_batches, alg.num_learning_epochs)
+            return batches, lambda batch: self._first_call("first minibatch", self.gradients, batch)
+
+        def graphed(graph):
+            graph.load(alg.storage)
+            return minibatch_indices(alg), graph.run
+
+        # The graph holds the loss's settings, the precision and the minibatch size as constants.
+        key = (alg.loss, alg.tf32, alg.mini_batch_size)
+        return self.recorded(key, self._record, graphed, op_by_op)
+
+    def _record(self):
         from mjfleet.rl.fast.cuda_graph import GraphedMinibatch
 
-        alg = self.alg
-        size = alg.mini_batch_size
-        indices = minibatch_indices(alg)
-        key = (
-            alg.clip_param,
-            alg.value_loss_coef,
-            alg.entropy_coef,
-            alg.desired_kl,
-            alg.schedule,
-            alg.normalize_advantage_per_mini_batch,
-            alg.use_clipped_value_loss,
-            alg.tf32,
-            size,
-        )
-        if self.graph is None or key != self._graph_key:  # the graph holds these as constants: record again
-            self.graph = None
-            self.graph = GraphedMinibatch(alg.storage, size, self.gradients)
-            self._graph_key = key
-        self.graph.load(alg.storage)
-        return indices, self.graph.run
+        return GraphedMinibatch(self.alg.storage, self.alg.mini_batch_size, self.gradients)

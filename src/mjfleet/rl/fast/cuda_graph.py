@@ -13,30 +13,11 @@ the graph, as in the reference.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TypeVar
 
 import torch
 from rsl_rl.storage import RolloutStorage
 
-WARMUP_RUNS = 3
-"""Runs on a side stream before recording (PyTorch's recipe: lazy initialisation happens outside the capture)."""
-
-T = TypeVar("T")
-
-
-def record(body: Callable[[], T], device: torch.device) -> tuple[torch.cuda.CUDAGraph, T]:
-    """`body` recorded as one CUDA graph after WARMUP_RUNS runs on a side stream: (the graph, what the recorded
-    run returned: tensors every replay rewrites). PPO's minibatch and SAC's gradient step are recorded so."""
-    side = torch.cuda.Stream(device=device)
-    side.wait_stream(torch.cuda.current_stream(device))
-    with torch.cuda.stream(side):
-        for _ in range(WARMUP_RUNS):
-            body()
-    torch.cuda.current_stream(device).wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph, stream=side):
-        result = body()
-    return graph, result
+from mjfleet.rl.gradients import record
 
 
 def rollout_fields(storage: RolloutStorage) -> dict[str, torch.Tensor]:

@@ -212,14 +212,14 @@ class MlpGradients:
     def __call__(self, batch) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Overwrite every trained parameter's gradient with this minibatch's; return the detached
         [surrogate, value, entropy] losses and the mean KL (None unless the learning rate adapts to it)."""
-        alg = self.alg
+        loss = self.alg.loss  # FleetPPO's settings of the loss this writes out
         n = batch.actions.shape[0]
         mean, actor_inputs = self.actor.forward(batch.observations)
         values, critic_inputs = self.critic.forward(batch.observations)
         std, dstd_dparam, inv_var, log_std = self.std_terms()
 
         advantages = batch.advantages.squeeze(-1)
-        if alg.normalize_advantage_per_mini_batch:
+        if loss.normalize_advantage_per_mini_batch:
             advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
         diff = batch.actions - mean
         sq = diff.square()
@@ -229,7 +229,7 @@ class MlpGradients:
         # Clipped surrogate: mean(max(-A r, -A clip(r))), r = exp(log pi - log pi_old). d/dr = -A where the
         # unclipped branch is at least the clipped one (inside the clip range they tie, and autograd's halves
         # add up), else 0.
-        eps = alg.clip_param
+        eps = loss.clip_param
         ratio = torch.exp(log_prob - batch.old_actions_log_prob.squeeze(-1))
         surrogate = advantages.neg() * ratio
         surrogate_clipped = advantages.neg() * ratio.clamp(1.0 - eps, 1.0 + eps)
@@ -241,35 +241,35 @@ class MlpGradients:
         if self.std_grad is not None:
             # sum_i dL/dlogp_i ((a-mean)^2/std^2 - 1) / std, and -entropy_coef / std from the entropy bonus
             per_dim = (
-                torch.mv(sq.t(), dloss_dlogp).mul_(inv_var).sub_(dloss_dlogp.sum()).sub_(alg.entropy_coef)
+                torch.mv(sq.t(), dloss_dlogp).mul_(inv_var).sub_(dloss_dlogp.sum()).sub_(loss.entropy_coef)
             )
             torch.mul(per_dim.div_(std), dstd_dparam, out=self.std_grad)
 
-        value_loss, grad_values = self._value_loss(values, batch, n)
+        value_loss, grad_values = self._value_loss(values, batch, n, loss)
         self.actor.backward(grad_mean, actor_inputs)
-        self.critic.backward(grad_values.mul_(alg.value_loss_coef), critic_inputs)
+        self.critic.backward(grad_values.mul_(loss.value_loss_coef), critic_inputs)
 
         kl = None
-        if alg.desired_kl is not None and alg.schedule == "adaptive":
+        if loss.adaptive_kl:
             kl = self._mean_kl(batch.old_distribution_params, mean, std)
         return torch.stack((surrogate_loss, value_loss, entropy)).float(), kl
 
-    def _value_loss(self, values: torch.Tensor, batch, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def _value_loss(self, values: torch.Tensor, batch, n: int, loss) -> tuple[torch.Tensor, torch.Tensor]:
         """The value loss and its derivative with respect to the values (n x 1)."""
         error = values - batch.returns
-        if not self.alg.use_clipped_value_loss:
+        if not loss.use_clipped_value_loss:
             return error.square().mean(), error.mul(2.0 / n)
-        eps = self.alg.clip_param
+        eps = loss.clip_param
         delta = values - batch.values
         delta_clipped = delta.clamp(-eps, eps)
         clipped_error = batch.values + delta_clipped - batch.returns
         sq, sq_clipped = error.square(), clipped_error.square()
-        loss = torch.maximum(sq, sq_clipped).mean()
+        value_loss = torch.maximum(sq, sq_clipped).mean()
         # max's gradient goes to the larger branch, half to each when equal (weight 1, 0 or 1/2 on the unclipped
         # one); clamp's is 1 inside its range, bounds included, 0 outside.
         weight = sq.sub_(sq_clipped).sign_().mul_(0.5).add_(0.5)
         clipped_error.mul_(delta_clipped == delta)
-        return loss, torch.lerp(clipped_error, error, weight).mul_(
+        return value_loss, torch.lerp(clipped_error, error, weight).mul_(
             2.0 / n
         )  # lerp is exact at weights 0 and 1
 

@@ -1,9 +1,9 @@
-"""FleetSAC: Soft Actor-Critic that trains as one of a fleet of workers, with the runner interface FleetPPO has.
+"""FleetSAC: Soft Actor-Critic that trains as one of a fleet of workers (an `mjfleet.rl.algorithm.Algorithm`).
 
 Each worker collects into its own replay buffer (`mjfleet.rl.sac.replay`) and samples its own batches; after every
 gradient step the critics', the actor's and the temperature's gradients are averaged across workers in ONE
-collective by the run's reducer (`mjfleet.rl.reduce`), as FleetPPO averages its minibatches, so every rank applies
-the same averaged gradients to the same parameters and the ranks stay identical.
+collective by the averaged-gradient step (`mjfleet.rl.gradients`) PPO's minibatches go through too, so every rank
+applies the same averaged gradients to the same parameters and the ranks stay identical.
 
 One gradient step computes all three losses from the parameters as they were at its start (the actor's loss uses
 the critics before their step, the temperature's loss the actor's log-probabilities before its step), so that the
@@ -15,22 +15,16 @@ one), as n-step SAC implementations commonly do.
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 import torch
 
-from mjfleet.errors import first_line
-from mjfleet.rl.normalizer import update_normalizer
-from mjfleet.rl.reduce import Reducer
+from mjfleet.rl.gradients import AveragedGradients, RecordedGradients
 from mjfleet.rl.sac.config import SACConfig
 from mjfleet.rl.sac.networks import SquashedGaussianActor, TargetCritic, TwinCritic
 from mjfleet.rl.sac.replay import Batch, ReplayBuffer
 
-log = logging.getLogger(__name__)
-
 ALGORITHM = "sac"
-"""What a SAC checkpoint says it is (`state["algorithm"]`): `play` and `--resume` read it."""
 
 
 class FleetSAC:
@@ -46,7 +40,6 @@ class FleetSAC:
         settings: SACConfig,
         device: str,
         critic_group: str = "critic",
-        reducer: Reducer | None = None,
     ) -> None:
         self.actor, self.critic, self.buffer, self.cfg = actor, critic, buffer, settings
         self.device = device
@@ -55,47 +48,31 @@ class FleetSAC:
         action_dim = actor.action_dim
         self.log_alpha = torch.nn.Parameter(torch.tensor([float(settings.init_alpha)], device=device).log())
         self.target_entropy = settings.target_entropy_per_action * action_dim
-        # Every trained parameter's .grad is a view of one flat buffer: critics, actor, log-temperature. The
-        # reducer averages it in one collective per gradient step.
-        self.groups = {
-            "critic": [p for p in critic.parameters() if p.requires_grad],
-            "actor": [p for p in actor.parameters() if p.requires_grad],
-            "alpha": [self.log_alpha],
-        }
-        sizes = {name: sum(p.numel() for p in params) for name, params in self.groups.items()}
-        self.flat_grad = torch.zeros(sum(sizes.values()), device=device)
-        slices, start = {}, 0
-        for name, params in self.groups.items():
-            slices[name] = self.flat_grad[start : start + sizes[name]]
-            start += sizes[name]
-            for p, g in zip(params, slices[name].split([p.numel() for p in params]), strict=True):
-                p.grad = g.view_as(p)
-        self._network_grads = slices
         learning_rates = {
             "critic": settings.critic_learning_rate,
             "actor": settings.actor_learning_rate,
-            "alpha": settings.alpha_learning_rate,
+            "alpha": settings.alpha_learning_rate if settings.auto_alpha else 0.0,
         }
-        if not settings.auto_alpha:
-            learning_rates["alpha"] = 0.0
+        networks = {"critic": critic.parameters(), "actor": actor.parameters(), "alpha": [self.log_alpha]}
         # AdamW with weight_decay 0 is Adam; the temperature is never decayed.
         self._group_settings = [
             {"lr": learning_rates[name], "weight_decay": settings.weight_decay if name != "alpha" else 0.0}
-            for name in self.groups
+            for name in networks
         ]
-        self.optimizer = torch.optim.AdamW(
-            [
-                {"params": params, **group}
-                for params, group in zip(self.groups.values(), self._group_settings, strict=True)
-            ],
-            fused=True,
+        groups = [
+            {"params": [q for q in p if q.requires_grad], **g}
+            for p, g in zip(networks.values(), self._group_settings, strict=True)
+        ]
+        # Critics, actor and log-temperature in one flat buffer: one collective per gradient step.
+        self.gradients = AveragedGradients(
+            {name: group["params"] for name, group in zip(networks, groups, strict=True)},
+            torch.optim.AdamW(groups, fused=True),
         )
-        self.reducer = reducer
-        """Averages gradients (and sums statistics) across workers; None: one worker."""
+        self.optimizer = self.gradients.optimizer
         self.env_steps = 0
         """Vectorised steps collected by this process (the warm-up counts them; a resumed run starts at 0)."""
         self.resumed = False
-        """Restored from a checkpoint (`load`): the warm-up then acts with the trained policy, not at random."""
+        """Restored from a checkpoint (`load_state_dict`): the warm-up then acts with the trained policy, not at random."""
         self._rows_since_update = 0
         self._last_obs = None
         self._last_actions: torch.Tensor | None = None
@@ -105,22 +82,13 @@ class FleetSAC:
         self._gradient_steps = 0
         self._steps_taken = 0
         """Gradient steps this process has taken: every `policy_delay`-th one updates the actor too."""
-        self.capture = settings.capture_update and torch.device(device).type == "cuda"
-        """Replay each gradient step's gradients as a recorded CUDA graph (`mjfleet.rl.sac.cuda_graph`)."""
-        self.graphs: dict[bool, Any] = {}
-        """The recorded steps, by whether they update the actor (`policy_delay` > 1 records both kinds)."""
+        self.recorded: RecordedGradients = RecordedGradients(
+            "SAC gradient step", device, settings.capture_update, keep=2
+        )
+        """Each gradient step's gradients replayed from a recorded CUDA graph (`mjfleet.rl.sac.cuda_graph`), one
+        graph by whether the step updates the actor (`policy_delay` > 1 records both kinds)."""
 
     # ----------------------------------------------------------- runner API
-    @property
-    def learning_rate(self) -> float:
-        """The actor's learning rate (what the runner's record shows as `learning_rate`)."""
-        return self.cfg.actor_learning_rate
-
-    @property
-    def action_std(self) -> torch.Tensor:
-        """The pre-squash standard deviation of the policy at the last gradient step, per action dimension."""
-        return self._action_std
-
     @property
     def alpha(self) -> torch.Tensor:
         return self.log_alpha.detach().exp()
@@ -130,16 +98,13 @@ class FleetSAC:
         return self.cfg.batch_size
 
     @property
-    def num_trained_parameters(self) -> int:
-        return self.flat_grad.numel()
-
-    @property
     def in_warmup(self) -> bool:
         return self.env_steps < self.cfg.random_steps
 
-    def consistency_extras(self):
-        """Beyond actor and critics, what must stay identical across ranks: the targets and the temperature."""
-        yield from self.target.parameters()
+    def consistency_tensors(self):
+        """What must stay identical across ranks: actor, critics, their targets and the temperature."""
+        for module in (self.actor, self.critic, self.target):
+            yield from module.parameters()
         yield self.log_alpha
 
     def get_policy(self) -> SquashedGaussianActor:
@@ -161,12 +126,9 @@ class FleetSAC:
         ]
         if self.cfg.policy_delay > 1:
             parts.append(f"the actor and temperature step every {self.cfg.policy_delay} of them")
-        if self.capture:
+        if self.recorded.enabled:
             parts.append("each step's gradients a replayed CUDA graph")
-        if self.reducer is None:
-            parts.append("one worker, nothing averaged")
-        else:
-            parts.append(f"gradients averaged after every gradient step by {self.reducer.name}")
+        parts += self.gradients.describe("gradient step")
         buffer = self.buffer
         parts.append(
             f"replay buffer {buffer.length * buffer.num_envs:,} transitions per worker "
@@ -174,9 +136,11 @@ class FleetSAC:
         )
         return "; ".join(parts)
 
-    def record_entries(self) -> dict[str, Any]:
-        """Entries of the iteration's record beside the losses."""
+    def record(self) -> dict[str, Any]:
+        """The iteration's record beside the losses: the actor's learning rate and the temperature among them."""
         return {
+            "learning_rate": self.cfg.actor_learning_rate,
+            "Policy/action_std": float(self._action_std.mean()),
             "Policy/alpha": float(self.alpha),
             "Policy/mean_q": self._mean_q,
             "Replay/transitions": self.buffer.num_transitions,
@@ -230,18 +194,11 @@ class FleetSAC:
         self.env_steps += 1
         self._rows_since_update += 1
 
-    def compute_returns(self, obs) -> None:
-        """Nothing to do at the end of a rollout: n-step targets are computed when a batch is sampled."""
-
-    def sum_across_workers(self, values: torch.Tensor) -> None:
-        """Sum `values` over all workers in place (episode statistics, the stop signal), through the reducer."""
-        if self.reducer is not None:
-            self.reducer.sum(values)
-
     # ------------------------------------------------------------------ update
-    def update(self) -> dict[str, float]:
-        """The normalisers learn the new data; then round(new steps x updates_per_step) gradient steps (none
-        during the warm-up). Returns the mean losses, read once."""
+    def update(self, obs=None) -> dict[str, float]:
+        """The iteration's update: the normalisers learn the new data, then round(new steps x updates_per_step)
+        gradient steps on samples of the buffer (none during the warm-up; n-step targets are computed as batches
+        are sampled, so the rollout's last observation `obs` is not needed). Returns the mean losses, read once."""
         new_rows = self._rows_since_update
         self._rows_since_update = 0
         self.update_normalization(new_rows)
@@ -266,11 +223,12 @@ class FleetSAC:
         buffer = self.buffer
         rows = (buffer.position - 1 - torch.arange(min(new_rows, buffer.size))) % buffer.length
         rows = rows.to(buffer.obs.device)
-        sync = self.reducer.sum if self.reducer is not None else None
         if self.actor.obs_normalization:
-            update_normalizer(self.actor.obs_normalizer, buffer.obs[rows].flatten(0, 1), sync)
+            self.gradients.update_normalizer(self.actor.obs_normalizer, buffer.obs[rows].flatten(0, 1))
         if self.critic.obs_normalization:
-            update_normalizer(self.critic.obs_normalizer, buffer.critic_obs[rows].flatten(0, 1), sync)
+            self.gradients.update_normalizer(
+                self.critic.obs_normalizer, buffer.critic_obs[rows].flatten(0, 1)
+            )
 
     def draw_noise(self, batch_size: int) -> tuple[torch.Tensor, torch.Tensor]:
         """The policy's standard-normal draws for a step's next and current observations. Drawn before the
@@ -282,38 +240,31 @@ class FleetSAC:
     ) -> torch.Tensor:
         """One averaged step of the critics and, with `update_actor`, the actor and the temperature; returns the
         detached losses (the actor's terms 0 without it)."""
-        terms = self.gradients(batch, noise, update_actor)
+        terms = self.step_gradients(batch, noise, update_actor)
         self.apply_gradients(update_actor)
         return terms
 
-    def gradients(
+    def step_gradients(
         self, batch: Batch, noise: tuple[torch.Tensor, torch.Tensor], update_actor: bool = True
     ) -> torch.Tensor:
-        """`compute_gradients`, replayed from a recorded CUDA graph where `capture` is on; a failed recording
-        warns once and goes on op by op (compute_gradients zeroes the gradients first, so nothing half-written
-        survives)."""
-        if self.capture:
-            try:
-                graph = self.graphs.get(update_actor)
-                if graph is None or graph.batch.obs.shape != batch.obs.shape:
-                    from mjfleet.rl.sac.cuda_graph import GraphedGradients
+        """`compute_gradients`, replayed from a recorded CUDA graph where recording is on (`recorded`)."""
 
-                    self.graphs.pop(update_actor, None)
-                    graph = self.graphs[update_actor] = GraphedGradients(
-                        batch, noise, lambda b, n: self.compute_gradients(b, n, update_actor)
-                    )
-                return graph.run(batch, noise)
-            except Exception as exc:  # an optimisation: go on op by op, loudly, once
-                torch.cuda.synchronize(self.device)
-                self.capture, self.graphs = False, {}
-                log.warning("the SAC gradient step could not be recorded as a CUDA graph (%s); op by op",
-                            first_line(exc))  # fmt: skip
-        return self.compute_gradients(batch, noise, update_actor)
+        def build():
+            from mjfleet.rl.sac.cuda_graph import GraphedGradients
+
+            return GraphedGradients(batch, noise, lambda b, n: self.compute_gradients(b, n, update_actor))
+
+        return self.recorded(
+            (update_actor, tuple(batch.obs.shape)),
+            build,
+            lambda graph: graph.run(batch, noise),
+            lambda: self.compute_gradients(batch, noise, update_actor),
+        )
 
     def compute_gradients(
         self, batch: Batch, noise: tuple[torch.Tensor, torch.Tensor] | None = None, update_actor: bool = True
     ) -> torch.Tensor:
-        """The losses on `batch`, back-propagated into `flat_grad` (this worker's gradients only): the critics',
+        """The losses on `batch`, back-propagated into the flat gradient buffer (this worker's gradients only): the critics',
         and with `update_actor` the actor's and the temperature's (else their gradients and terms are 0).
         `noise`: the policy's standard-normal draws for the next and the current observations (tests replaying an
         update); None draws them."""
@@ -327,7 +278,7 @@ class FleetSAC:
         q1, q2 = critic(batch.critic_obs, batch.actions)
         critic_loss = (q1 - target_q).square().mean() + (q2 - target_q).square().mean()
         if not update_actor:
-            self.flat_grad.zero_()
+            self.gradients.zero_()
             critic_loss.backward()
             return torch.cat((critic_loss.detach().view(1), critic_loss.new_zeros(4)))
 
@@ -339,7 +290,7 @@ class FleetSAC:
         actor_loss = (alpha * log_prob - q_new).mean()
         alpha_loss = -(self.log_alpha * (log_prob.detach() + self.target_entropy)).mean()
 
-        self.flat_grad.zero_()
+        self.gradients.zero_()
         (critic_loss + actor_loss + alpha_loss).backward()
         self._action_std = std.detach().mean(dim=0)
         return torch.stack(
@@ -350,47 +301,22 @@ class FleetSAC:
     def apply_gradients(self, update_actor: bool = True) -> None:
         """Average across workers, clip each network if asked, step (the critics alone without `update_actor`),
         move the targets."""
-        if self.reducer is not None:
-            self.reducer.average(self.flat_grad)
+        grads = self.gradients
+        grads.average()
+        networks = ("critic", "actor") if update_actor else ("critic",)
         if self.cfg.max_grad_norm > 0:
-            for name in ("critic", "actor") if update_actor else ("critic",):
-                grads = self._network_grads[name]
-                scale = (self.cfg.max_grad_norm / (torch.linalg.vector_norm(grads) + 1e-6)).clamp(max=1.0)
-                grads.mul_(scale)
-        if update_actor:
-            self.optimizer.step()
-        else:
-            self._step_critics_only()
+            grads.clip(self.cfg.max_grad_norm, networks)
+        grads.step(None if update_actor else networks)
         self.target.update_from(self.cfg.tau)
-
-    def _step_critics_only(self) -> None:
-        """One optimizer step of the critics. Adam skips parameters without a gradient, so the actor's and the
-        temperature's gradient views are taken away for the step (their weights, moments and decay stay as they
-        are) and given back after it."""
-        hidden = self.groups["actor"] + self.groups["alpha"]
-        views = [p.grad for p in hidden]
-        for p in hidden:
-            p.grad = None
-        try:
-            self.optimizer.step()
-        finally:
-            for p, view in zip(hidden, views, strict=True):
-                p.grad = view
 
     # ------------------------------------------------------------ bookkeeping
     def broadcast_parameters(self) -> None:
         """Every rank starts from rank 0's networks, targets, temperature and normaliser statistics."""
-        if self.reducer is None:
-            return
-        for module in (self.actor, self.critic, self.target):
-            for tensor in module.state_dict().values():
-                self.reducer.broadcast(tensor)
-        self.reducer.broadcast(self.log_alpha.data)
+        self.gradients.broadcast(self.actor, self.critic, self.target, self.log_alpha.data)
 
-    def save(self) -> dict[str, Any]:
+    def state_dict(self) -> dict[str, Any]:
         """The trained state (not the replay buffer: too large, and refilled quickly by many environments)."""
         return {
-            "algorithm": ALGORITHM,
             "actor_state_dict": self.actor.state_dict(),
             "critic_state_dict": self.critic.state_dict(),
             "target_state_dict": self.target.state_dict(),
@@ -398,14 +324,8 @@ class FleetSAC:
             "optimizer_state_dict": self.optimizer.state_dict(),
         }
 
-    def load(self, loaded: dict[str, Any], load_cfg: Any = None, strict: bool = True) -> bool:
-        """Restore what `save` wrote; a checkpoint of another algorithm is a ValueError. Returns True (the
-        iteration counts are restored too, as rsl_rl's `load` signals)."""
-        algorithm = loaded.get("algorithm", "ppo")
-        if algorithm != ALGORITHM:
-            raise ValueError(
-                f"it was trained with {algorithm}, not {ALGORITHM} (pass --algorithm {algorithm})"
-            )
+    def load_state_dict(self, loaded: dict[str, Any], strict: bool = True) -> None:
+        """Restore what `state_dict` wrote; acting then starts with this policy, not at random."""
         self.actor.load_state_dict(loaded["actor_state_dict"], strict=strict)
         self.critic.load_state_dict(loaded["critic_state_dict"], strict=strict)
         self.target.load_state_dict(loaded["target_state_dict"], strict=strict)
@@ -416,4 +336,3 @@ class FleetSAC:
         for group, settings in zip(self.optimizer.param_groups, self._group_settings, strict=True):
             group.update(settings)
         self.resumed = True
-        return True

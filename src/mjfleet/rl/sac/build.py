@@ -7,7 +7,6 @@ import torch
 from mjfleet.errors import UsageError
 from mjfleet.launch.worker import WorkerContext
 from mjfleet.rl.config import AgentConfig
-from mjfleet.rl.reduce import choose_reducer
 from mjfleet.rl.sac.algorithm import FleetSAC
 from mjfleet.rl.sac.networks import SquashedGaussianActor, TwinCritic
 from mjfleet.rl.sac.replay import ReplayBuffer
@@ -57,8 +56,7 @@ def build_sac(obs, env, agent: AgentConfig, ctx: WorkerContext) -> FleetSAC:
         device,
     )
     alg = FleetSAC(actor, critic, buffer, cfg, device, critic_group=critic_group)
-    if ctx.is_distributed:
-        alg.reducer = choose_reducer(cfg.gradient_reducer, alg.flat_grad, ctx.group)
+    alg.gradients.connect(cfg.gradient_reducer, ctx)
     return alg
 
 

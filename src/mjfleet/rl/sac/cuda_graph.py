@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 import torch
 
-from mjfleet.rl.fast.cuda_graph import record
+from mjfleet.rl.gradients import record
 from mjfleet.rl.sac.replay import Batch
 
 
