@@ -14,10 +14,25 @@ os.environ.setdefault("WARP_CACHE_PATH", str(pathlib.Path(__file__).resolve().pa
 os.environ.setdefault("MJFLEET_WARP_VERBOSE", "")
 
 import warp as wp  # noqa: E402
-from helpers import CARTPOLE_EXPERIMENT, metrics, run_cli  # noqa: E402
+from helpers import CARTPOLE_EXPERIMENT, metrics, require_infrastructure, run_cli  # noqa: E402
 
 wp.config.quiet = True
 wp.config.log_level = wp.LOG_WARNING
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "infrastructure(probe): needs what probe() checks (None: present, else why not); skipped without it "
+        "outside CI, failed under CI=true (helpers.needs_infrastructure)",
+    )
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    # Before any fixture: a missing Xvfb or Slurm must not first show as a fixture's error.
+    for mark in item.iter_markers("infrastructure"):
+        require_infrastructure(mark.args[0]())
 
 
 class TrainedRun(NamedTuple):

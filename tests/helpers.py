@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import pathlib
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
+from typing import NoReturn
 
 import pytest
 
@@ -96,13 +99,51 @@ def copy_workdir(source: pathlib.Path, tmp_path: pathlib.Path) -> pathlib.Path:
     return target
 
 
-def gl_backend_or_skip() -> str:
-    """The headless OpenGL backend MuJoCo renders videos with here; skips the test where there is none."""
+# --- infrastructure .ci/run installs: skipped outside CI, a failure under CI -------------------------------------
+
+
+def in_ci() -> bool:
+    """Whether this is a CI run (`CI=true`, as .ci/run and hosted CI set it)."""
+    return os.environ.get("CI", "").strip().lower() in ("1", "true", "yes")
+
+
+def missing_infrastructure(reason: str) -> NoReturn:
+    """The one decision for a test whose infrastructure (EGL, Xvfb, sshd and network namespaces, Slurm, Chromium,
+    the wandb extra: what .ci/run installs) is missing: outside CI it skips with `reason`; under CI it fails, so a
+    failed install cannot turn into a green run with the check silently gone. Hardware (CUDA) is not this: it
+    skips everywhere, with pytest.mark.skipif."""
+    if in_ci():
+        pytest.fail(f"CI=true and this test's infrastructure is missing: {reason}", pytrace=False)
+    pytest.skip(reason)
+
+
+def require_infrastructure(reason: str | None) -> None:
+    """`missing_infrastructure(reason)` unless `reason` is None (nothing missing)."""
+    if reason is not None:
+        missing_infrastructure(reason)
+
+
+def needs_infrastructure(probe: Callable[[], str | None]) -> pytest.MarkDecorator:
+    """Mark for a test that needs infrastructure: before its fixtures are set up, `probe()` (None when everything
+    is there, else why not) goes to `require_infrastructure` (tests/conftest.py's pytest_runtest_setup)."""
+    return pytest.mark.infrastructure.with_args(probe)  # not `(probe)`: that would mark `probe` itself
+
+
+@functools.cache
+def headless_gl() -> str | None:
+    """The headless OpenGL backend MuJoCo renders videos with here (MUJOCO_GL, else the first that works), None
+    where there is none. Probed once per test session: each probe is a subprocess importing mujoco."""
     from mjfleet.runs.video import working_gl_backend
 
-    gl = os.environ.get("MUJOCO_GL") or working_gl_backend()
+    return os.environ.get("MUJOCO_GL") or working_gl_backend()
+
+
+def gl_backend_or_skip() -> str:
+    """The headless OpenGL backend MuJoCo renders videos with here; where there is none, skips the test (fails
+    it under CI)."""
+    gl = headless_gl()
     if not gl:
-        pytest.skip(NO_GL)
+        missing_infrastructure(NO_GL)
     return gl
 
 

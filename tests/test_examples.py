@@ -7,7 +7,7 @@ import sys
 
 import pytest
 import torch
-from helpers import run_cli
+from helpers import missing_infrastructure, run_cli
 
 EXAMPLES = pathlib.Path(__file__).resolve().parents[1] / "examples"
 
@@ -65,7 +65,7 @@ def _install_plugin(tmp_path: pathlib.Path) -> pathlib.Path:
     otherwise not see an edited pendulum.py."""
     uv = os.environ.get("UV") or shutil.which("uv")
     if uv is None:
-        pytest.skip("uv is not on PATH")
+        missing_infrastructure("uv is not on PATH (.ci/run installs it)")
     source = tmp_path / "src"
     shutil.copytree(EXAMPLES / "pendulum_plugin", source / "pendulum_plugin")
     shutil.copy(EXAMPLES / "pendulum.py", source / "pendulum.py")

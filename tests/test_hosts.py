@@ -3,7 +3,7 @@
 The launching host ("login") and the hosts ("hosta", "hostb") each have their own network stack, hostname,
 /etc/hosts and sshd; no address outside the namespaces is used. The same filesystem is visible everywhere (the
 run directory and the warp kernel cache are shared, as on a cluster with a shared home). Needs root, `ip netns`
-and OpenSSH (.ci/run installs it); skipped with the reason otherwise.
+and OpenSSH (.ci/run installs it); skipped with the reason otherwise, failed under CI=true.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from pathlib import Path
 import psutil
 import pytest
 import torch
+from helpers import require_infrastructure
 
 # Real daemons and many processes: `.ci/run` runs these in its second step, as root.
 pytestmark = pytest.mark.slow
@@ -91,9 +92,7 @@ class Bed:
 
 @pytest.fixture(scope="module")
 def bed(tmp_path_factory):
-    reason = _why_not()
-    if reason is not None:
-        pytest.skip(reason)
+    require_infrastructure(_why_not())
     directory = tmp_path_factory.mktemp("testbed")
     testbed = Bed(directory)
     try:

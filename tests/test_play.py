@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 from conftest import CARTPOLE_RUN
-from helpers import NO_GL, assert_real_plot, copy_workdir, mp4_frames, run_cli
+from helpers import NO_GL, assert_real_plot, copy_workdir, missing_infrastructure, mp4_frames, run_cli
 
 from mjfleet.runs.checkpoints import read_checkpoint
 
@@ -98,7 +98,7 @@ def test_baselines_are_evaluated_alike_and_tabled_beside_the_trained_policy(play
 def test_video_has_the_requested_frames_and_size(played):
     _, report, _ = played
     if report["video"] is None:
-        pytest.skip(NO_GL)
+        missing_infrastructure(NO_GL)
     path = pathlib.Path(report["video"])
     assert path.suffix == ".mp4" and path.parent.name == "videos"
     meta, images = mp4_frames(path)

@@ -1,7 +1,8 @@
 """Slurm for real: a one-node cluster (Debian's slurm-wlm + munge, started by tests/slurm_cluster.py under a temp
 dir and stopped by pid) runs the shipped batch script, unchanged, the way a user submits it.
 
-Skipped with the reason where the cluster cannot run (not root, packages missing; .ci/run installs them as root).
+Skipped with the reason where the cluster cannot run (not root, packages missing; .ci/run installs them as root);
+failed instead under CI=true.
 """
 
 import json
@@ -14,6 +15,7 @@ import time
 
 import pytest
 import yaml
+from helpers import needs_infrastructure, require_infrastructure
 from slurm_cluster import SlurmCluster, missing_reason, running_cluster
 
 # Real daemons and many processes: `.ci/run` runs these in its second step, as root.
@@ -30,7 +32,7 @@ SMALL = [
 TIMING = ("env_steps_per_s", "collect_time", "learn_time")
 JOB_TIMEOUT_S = 600
 
-needs_slurm = pytest.mark.skipif(missing_reason() is not None, reason=missing_reason() or "")
+needs_slurm = needs_infrastructure(missing_reason)
 
 
 def test_the_docs_show_the_shipped_batch_script_verbatim():
@@ -39,9 +41,7 @@ def test_the_docs_show_the_shipped_batch_script_verbatim():
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    reason = missing_reason()
-    if reason is not None:
-        pytest.skip(reason)
+    require_infrastructure(missing_reason())
     with running_cluster(tmp_path_factory.mktemp("slurm")) as started:
         yield started
 

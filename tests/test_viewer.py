@@ -9,12 +9,22 @@ import time
 
 import numpy as np
 import pytest
+from helpers import needs_infrastructure
 
 BIN = pathlib.Path(sys.executable).parent
-NEEDS_X = pytest.mark.skipif(
-    not (shutil.which("Xvfb") and shutil.which("xwd") and shutil.which("convert")),
-    reason="needs Xvfb, xwd and ImageMagick (Debian: xvfb x11-apps imagemagick; .ci/run installs them)",
-)
+
+
+def _why_no_display() -> str | None:
+    missing = [tool for tool in ("Xvfb", "xwd", "convert") if shutil.which(tool) is None]
+    if missing:
+        return (
+            f"needs Xvfb, xwd and ImageMagick ({', '.join(missing)} missing; Debian: xvfb x11-apps imagemagick; "
+            ".ci/run installs them)"
+        )
+    return None
+
+
+NEEDS_X = needs_infrastructure(_why_no_display)
 
 
 @pytest.fixture

@@ -18,14 +18,18 @@ import time
 
 import numpy as np
 import pytest
+from helpers import needs_infrastructure
 
 BIN = pathlib.Path(sys.executable).parent
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 SCREENSHOT = ROOT / "docs" / "images" / "viewer.png"
-NEEDS_CHROMIUM = pytest.mark.skipif(
-    not pathlib.Path(CHROMIUM).exists(),
-    reason="needs Debian's chromium (apt-get install chromium; .ci/run installs it)",
+NEEDS_CHROMIUM = needs_infrastructure(
+    lambda: (
+        None
+        if pathlib.Path(CHROMIUM).exists()
+        else f"needs Debian's chromium, not at {CHROMIUM} (apt-get install chromium; .ci/run installs it)"
+    )
 )
 BROWSER_ARGS = [
     "--no-sandbox",  # CI runs as root

@@ -12,6 +12,7 @@ from helpers import (
     NO_GL,
     SMALL_CARTPOLE,
     iterations_in,
+    missing_infrastructure,
     mp4_frames,
     run_cli,
 )
@@ -27,9 +28,10 @@ WANDB_OFFLINE = {"WANDB_MODE": "offline", "WANDB_SILENT": "true"}
 def wandb_run(request, tmp_path_factory):
     """A 2-iteration Cartpole run (PPO, then SAC) logged to an offline wandb run with --wandb-upload-checkpoints
     (and --video where headless GL works): (workdir, run dir, wandb run dir, train's result, algorithm flags)."""
-    pytest.importorskip(
-        "wandb", reason="needs the wandb extra: `uv sync --extra wandb` (.ci/run installs it)"
-    )
+    try:
+        import wandb  # noqa: F401
+    except ImportError:
+        missing_infrastructure("needs the wandb extra: `uv sync --extra wandb` (.ci/run installs it)")
     from mjfleet.runs.video import working_gl_backend
 
     algorithm = ALGORITHM_FLAGS[request.param]
@@ -60,7 +62,7 @@ def test_wandb_offline_logs_metrics_uploads_checkpoints_and_keeps_them_in_the_ru
 def test_wandb_gets_the_training_videos(wandb_run):
     _, run_dir, offline, *_ = wandb_run
     if not (run_dir / "videos").is_dir():
-        pytest.skip(NO_GL)
+        missing_infrastructure(NO_GL)
     assert sorted(v.name for v in (run_dir / "videos").iterdir()) == ["train_0.mp4", "train_1.mp4"]
     logged = list((offline / "files" / "media" / "videos").glob("video_*.mp4"))
     assert len(logged) == 2 and all(len(mp4_frames(v)[1]) == 4 for v in logged)
