@@ -2,8 +2,8 @@
 
 `evaluate(env, policy, episodes)` is what `play` runs, and what a training loop can call for periodic
 evaluation: it needs only an environment with the rsl_rl `VecEnv` interface and a callable from observations to
-actions, and returns a plain dict (JSON-ready). `zero_policy` and `random_policy` are the trivial baselines a
-trained policy should beat.
+actions (with a `reset(dones)` when it keeps a state: `ActorPolicy`), and returns a plain dict (JSON-ready).
+`zero_policy` and `random_policy` are the trivial baselines a trained policy should beat.
 """
 
 from __future__ import annotations
@@ -37,6 +37,21 @@ def random_policy(env, seed: int = 0) -> Policy:
     return lambda obs: (torch.rand(shape, device=env.device, generator=generator) * 2.0 - 1.0) * clip
 
 
+class ActorPolicy:
+    """A trained actor as a `Policy` (its mean action, or a sampled one with `stochastic`). A recurrent actor's
+    hidden state is what `reset` resets: all of it with no argument, else the environments `dones` marks."""
+
+    def __init__(self, actor, stochastic: bool = False) -> None:
+        self.actor, self.stochastic = actor, stochastic
+
+    def __call__(self, obs) -> torch.Tensor:
+        return self.actor(obs, stochastic_output=self.stochastic)
+
+    def reset(self, dones: torch.Tensor | None = None) -> None:
+        if getattr(self.actor, "is_recurrent", False):
+            self.actor.reset(dones)
+
+
 def evaluate(
     env,
     policy: Policy,
@@ -58,7 +73,9 @@ def evaluate(
     `frame_sink()`, if given, is called before each of the first `video_length` steps (stepping on past the
     evaluation if needed; those extra steps count nowhere). `on_step()`, if given, is called after the reset and
     after each step of the evaluation (a live viewer); when it returns False the evaluation stops there and
-    summarises the episodes finished so far. The policy is called under `torch.inference_mode`.
+    summarises the episodes finished so far. The policy is called under `torch.inference_mode`; a policy with a
+    `reset` (a recurrent actor's hidden state) is reset with the environments and after each step for the
+    environments whose episode ended.
     """
     if episodes < 1:
         raise ValueError(f"episodes must be >= 1, got {episodes}")
@@ -79,8 +96,11 @@ def evaluate(
     max_steps = quota * int(env.max_episode_length) + 1
     steps = frames = 0
     evaluated = False
+    reset = getattr(policy, "reset", None)
     with torch.inference_mode():
         obs, _ = env.reset()
+        if reset is not None:
+            reset()
         stopped = on_step is not None and not on_step()
         while True:
             evaluated = evaluated or stopped or steps >= max_steps or bool((count >= quota).all())
@@ -91,6 +111,8 @@ def evaluate(
                 frame_sink()
                 frames += 1
             obs, rewards, dones, extras = env.step(policy(obs))
+            if reset is not None:
+                reset(dones)
             if evaluated:
                 continue
             dones = dones.bool()

@@ -34,6 +34,12 @@ class ActionRecorder:
             self.rows += kept.shape[0]
         return actions
 
+    def reset(self, dones: Any = None) -> None:
+        """The recorded policy's state (a recurrent actor's), reset as the evaluation resets environments."""
+        reset = getattr(self.policy, "reset", None)
+        if reset is not None:
+            reset(dones)
+
     def percentiles(self, low: float, high: float) -> dict[str, Any]:
         """The `low` and `high` percentiles of every action over the recorded steps (JSON-ready)."""
         import numpy as np

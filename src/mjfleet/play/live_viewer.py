@@ -143,7 +143,7 @@ def open_viewer(
         return going
 
     summary.update(envs=browser.shown, port=port)
-    return LiveView(browser.act, stop_early, browser.close, summary)
+    return LiveView(browser, stop_early, browser.close, summary)
 
 
 def _checkpoint_choices(checkpoint: Path | None, env: Any, flags: Any, device: str):
@@ -159,7 +159,10 @@ def _checkpoint_choices(checkpoint: Path | None, env: Any, flags: Any, device: s
     obs = env.get_observations()
 
     def load(path: Path):
-        actor = build_actor(read_checkpoint(path, map_location="cpu"), obs, env.num_actions, device)
-        return lambda o: actor(o, stochastic_output=stochastic)
+        from mjfleet.evaluation import ActorPolicy
+
+        return ActorPolicy(
+            build_actor(read_checkpoint(path, map_location="cpu"), obs, env.num_actions, device), stochastic
+        )
 
     return found, load

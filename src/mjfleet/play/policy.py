@@ -63,8 +63,9 @@ def build_checkpoint_actor(source: PolicySource, obs: Any, env: Any, device: str
 def act_fn(actor: Any, flags: Any, env: Any) -> Callable:
     """observations -> actions: the actor's (mean, or sampled with --stochastic), else the baseline's."""
     if actor is not None:
-        stochastic = flags.stochastic
-        return lambda obs: actor(obs, stochastic_output=stochastic)
+        from mjfleet.evaluation import ActorPolicy
+
+        return ActorPolicy(actor, flags.stochastic)
     return baseline_policy(flags.policy, env, flags.agent.seed)
 
 

@@ -28,12 +28,13 @@ def build_ppo(
 ) -> FleetPPO:
     """FleetPPO (or the variant `algorithm`) for `env`'s observations and actions, on `ctx.device`, averaging
     across `ctx`'s workers."""
-    from rsl_rl.models import MLPModel
+    from rsl_rl.models import MLPModel, RNNModel
     from rsl_rl.storage import RolloutStorage
 
     agent.check(env.num_envs)
     device = ctx.device
-    actor = MLPModel(
+    recurrence = agent.actor_recurrence()
+    actor = (RNNModel if recurrence else MLPModel)(
         obs,
         OBS_GROUPS,
         "actor",
@@ -46,6 +47,7 @@ def build_ppo(
             "init_std": agent.actor.init_noise_std,
             "std_type": agent.actor.noise_std_type,
         },
+        **recurrence,
     ).to(device)
     critic = MLPModel(
         obs,
@@ -62,7 +64,8 @@ def build_ppo(
     if agent.algorithm.fast_update:
         from mjfleet.rl.fast import FastUpdate
 
-        alg.attach_engine(FastUpdate.build(alg, agent.algorithm.capture_update))
+        engine, alg.engine_declined = FastUpdate.build(alg, agent.algorithm.capture_update)
+        alg.attach_engine(engine)
     return alg
 
 

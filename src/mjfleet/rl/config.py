@@ -27,6 +27,12 @@ class ActorConfig(PolicyConfig):
 
     init_noise_std: float = 1.0
     noise_std_type: Literal["scalar", "log"] = "scalar"
+    rnn: Literal["none", "gru", "lstm"] = "none"
+    """A recurrent actor (PPO): the observations pass a GRU or LSTM before the MLP, its hidden state reset per
+    environment when an episode ends; trained by truncated backpropagation over each rollout (rsl_rl's RNNModel).
+    none: a feed-forward MLP."""
+    rnn_hidden_dim: int = 256
+    rnn_num_layers: int = 1
 
 
 @dataclass
@@ -121,6 +127,13 @@ class AgentConfig:
             self.sac.check(num_envs)
             return
         ppo = self.algorithm
+        if self.actor.rnn != "none" and not 1 <= ppo.num_mini_batches <= num_envs:
+            raise UsageError(
+                f"--agent.algorithm.num-mini-batches must be in [1, num_envs = {num_envs}] with a recurrent actor "
+                "(its minibatches are whole environments' trajectories)"
+            )
+        if self.actor.rnn_hidden_dim < 1 or self.actor.rnn_num_layers < 1:
+            raise UsageError("--agent.actor.rnn-hidden-dim and --agent.actor.rnn-num-layers must be >= 1")
         batch = num_envs * self.num_steps_per_env
         if ppo.num_mini_batches < 1 or batch < ppo.num_mini_batches:
             raise UsageError(
@@ -131,6 +144,17 @@ class AgentConfig:
                 f"--agent.algorithm.grad-sync-period must be in [1, num-mini-batches = {ppo.num_mini_batches}], "
                 f"got {ppo.grad_sync_period}"
             )
+
+    def actor_recurrence(self) -> dict:
+        """rsl_rl RNNModel's arguments for a recurrent actor (none for an MLP)."""
+        actor = self.actor
+        if actor.rnn == "none":
+            return {}
+        return {
+            "rnn_type": actor.rnn,
+            "rnn_hidden_dim": actor.rnn_hidden_dim,
+            "rnn_num_layers": actor.rnn_num_layers,
+        }
 
     def to_rsl_rl(self) -> dict:
         """The nested dict rsl_rl's OnPolicyRunner expects."""
@@ -144,7 +168,7 @@ class AgentConfig:
             # rsl_rl's PPO with one collective per minibatch (mjfleet.rl.ppo); the same mathematics.
             "algorithm": {"class_name": "mjfleet.rl.ppo:FleetPPO", **algorithm},
             "actor": {
-                "class_name": "MLPModel",
+                "class_name": "MLPModel" if self.actor.rnn == "none" else "RNNModel",
                 "hidden_dims": list(self.actor.hidden_dims),
                 "activation": self.actor.activation,
                 "obs_normalization": self.actor.obs_normalization,
@@ -153,6 +177,7 @@ class AgentConfig:
                     "init_std": self.actor.init_noise_std,
                     "std_type": self.actor.noise_std_type,
                 },
+                **self.actor_recurrence(),
             },
             "critic": {
                 "class_name": "MLPModel",

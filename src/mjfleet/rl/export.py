@@ -27,6 +27,10 @@ from mjfleet.rl.export_check import (
 )
 
 ONNX_OPSET = 18
+RECURRENT_EXPORT = (
+    "exporting a recurrent actor (--agent.actor.rnn) is not supported yet: its hidden state is not an input and "
+    "output of the exported graph"
+)
 _MJCF_TEXT = "_mjcf_xml"
 """policy_metadata's key for the model's MJCF text and asset files, which export_policy writes beside the policy."""
 
@@ -191,6 +195,10 @@ def export_policy(
     Raises ExportError when the ONNX model's outputs differ from the torch policy's by more than ONNX_TOLERANCE.
     Files are written under temporary names and renamed, so a reader never sees a half-written policy.
     """
+    if getattr(actor, "is_recurrent", False):
+        from mjfleet.errors import UsageError
+
+        raise UsageError(RECURRENT_EXPORT)
     out_dir = pathlib.Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     written: dict[str, pathlib.Path] = {}

@@ -21,22 +21,20 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
-from collections.abc import Callable, Iterable, Iterator
-from typing import Any, Protocol
+from collections.abc import Iterable, Iterator
+from typing import Any
 
 import torch
 from rsl_rl.algorithms import PPO
 
 from mjfleet.rl.config import PPOConfig
+from mjfleet.rl.engine import Declined, UpdateEngine
 from mjfleet.rl.gradients import AveragedGradients
 from mjfleet.rl.normalizer import model_normalizer_input
 
 log = logging.getLogger(__name__)
 
 ALGORITHM = "ppo"
-
-Gradients = Callable[[Any], tuple[torch.Tensor, torch.Tensor | None]]
-"""One minibatch -> (detached [surrogate, value, entropy] losses, mean KL or None), gradients in the flat buffer."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,26 +49,6 @@ class PPOLoss:
     normalize_advantage_per_mini_batch: bool
     adaptive_kl: bool
     """Compute the minibatch's mean KL (the adaptive learning-rate schedule reads it)."""
-
-
-class Declined(Exception):
-    """An update engine failed where it had not changed anything yet: the reference runs instead."""
-
-
-class UpdateEngine(Protocol):
-    """A faster way to compute what `FleetPPO.act` and `FleetPPO.minibatch_gradients` compute."""
-
-    name: str
-    """For the start-up line, e.g. "fast engine"."""
-
-    @property
-    def action_std(self) -> torch.Tensor: ...
-
-    def act(self, obs) -> torch.Tensor: ...
-
-    def minibatches(self) -> tuple[Iterable, Gradients]: ...
-
-    def policy_changed(self) -> None: ...
 
 
 class FleetPPO(PPO):
@@ -122,6 +100,8 @@ class FleetPPO(PPO):
         self.trained = [p for params in self.gradients.params.values() for p in params]
         self.engine: UpdateEngine | None = None
         """The faster rollout step and minibatch gradients (`attach_engine`); None: the reference runs."""
+        self.engine_declined: str | None = None
+        """Why the fast engine does not run (e.g. a recurrent actor), for the start-up line."""
 
     def attach_engine(self, engine: UpdateEngine | None) -> None:
         """Use `engine` for rollout actions and minibatch gradients (None: the reference)."""
@@ -140,9 +120,17 @@ class FleetPPO(PPO):
         )
 
     @property
+    def recurrent(self) -> bool:
+        """A recurrent actor or critic: minibatches are whole environments' trajectories (rsl_rl's recurrent
+        generator), replayed from the hidden states the rollout saved."""
+        return self.actor.is_recurrent or self.critic.is_recurrent
+
+    @property
     def mini_batch_size(self) -> int:
-        """Transitions per minibatch, as rsl_rl's feed-forward generator splits the rollout."""
+        """Transitions per minibatch, as rsl_rl's generators split the rollout."""
         st = self.storage
+        if self.recurrent:
+            return st.num_envs // self.num_mini_batches * st.num_transitions_per_env
         return st.num_envs * st.num_transitions_per_env // self.num_mini_batches
 
     @property
@@ -207,7 +195,12 @@ class FleetPPO(PPO):
         if self.engine is not None:
             minibatches, gradients = self.engine.minibatches()
         else:
-            minibatches = self.storage.mini_batch_generator(self.num_mini_batches, self.num_learning_epochs)
+            split = (
+                self.storage.recurrent_mini_batch_generator
+                if self.recurrent
+                else self.storage.mini_batch_generator
+            )
+            minibatches = split(self.num_mini_batches, self.num_learning_epochs)
             gradients = self.minibatch_gradients
         for batch in minibatches:
             try:
@@ -227,9 +220,12 @@ class FleetPPO(PPO):
                     batch.advantages.std() + 1e-8
                 )
         actor, critic = self.actor, self.critic
-        actor(batch.observations, stochastic_output=True)
+        actor_state, critic_state = (
+            batch.hidden_states
+        )  # recurrent: the rollout's states at each trajectory's start
+        actor(batch.observations, masks=batch.masks, hidden_state=actor_state, stochastic_output=True)
         log_prob = actor.get_output_log_prob(batch.actions)
-        values = critic(batch.observations)
+        values = critic(batch.observations, masks=batch.masks, hidden_state=critic_state)
         entropy = actor.output_entropy.mean()
         kl = None
         if loss_cfg.adaptive_kl:
@@ -285,7 +281,12 @@ class FleetPPO(PPO):
     # ------------------------------------------------------------ bookkeeping
     def describe(self) -> str:
         """What runs, for the start-up line: update engine, gradient reducer, normaliser synchronisation."""
-        update = self.engine.name if self.engine is not None else "reference (autograd)"
+        if self.engine is not None:
+            update = self.engine.name
+        elif self.engine_declined:
+            update = f"reference (autograd; no fast engine: {self.engine_declined})"
+        else:
+            update = "reference (autograd)"
         period = self.gradients.sync_period
         every = "minibatch" if period == 1 else f"{period} minibatches"
         normalised = self.actor.obs_normalization or self.critic.obs_normalization

@@ -187,9 +187,15 @@ class BrowserViewer:
             return
         print(f"viewer: policy now {name}", flush=True)
 
-    def act(self, obs: Any) -> Any:
-        """The evaluation's policy: whichever checkpoint the page chose last."""
+    def __call__(self, obs: Any) -> Any:
+        """The evaluation's policy: whichever checkpoint the page chose last (a new one starts from a zero state)."""
         return self.policy(obs)
+
+    def reset(self, dones: Any = None) -> None:
+        """A recurrent policy's hidden state, reset as the evaluation resets environments."""
+        reset = getattr(self.policy, "reset", None)
+        if reset is not None:
+            reset(dones)
 
     def _draw(self) -> None:
         self.view.draw()

@@ -85,15 +85,21 @@ class PeriodicEvaluation:
     def __call__(self, runner: FleetRunner, done: int) -> dict[str, Any]:
         if self.interval <= 0 or done % self.interval:
             return {}
+        from mjfleet.evaluation import ActorPolicy
+
         actor = runner.alg.get_policy()
         was_training = actor.training
         actor.eval()
         device = torch.device(runner.device)
+        # A recurrent actor's hidden state belongs to the training rollout: evaluated from zero, then given back.
+        rollout_state = actor.get_hidden_state() if getattr(actor, "is_recurrent", False) else None
         try:
             with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
-                result = self.evaluator(lambda obs: actor(obs))
+                result = self.evaluator(ActorPolicy(actor))
         finally:
             actor.train(was_training)
+            if rollout_state is not None:
+                actor.reset(hidden_state=rollout_state)
         mean_return = result["mean_return"]
         out = {"Eval/mean_return": mean_return, "Eval/mean_episode_length": result["mean_episode_length"]}
         out.update({f"Eval/{name}": value for name, value in result["metrics"].items()})

@@ -10,7 +10,7 @@ The reference's `FleetPPO.minibatch_gradients` is the loss; this engine is check
 beyond that check. `WRITTEN_OUT` names the `PPOLoss` settings `mlp.py` writes out, and tests/test_fast_update.py
 checks losses, KL and every gradient against the reference's autograd with each of them changed: a loss setting
 added to `PPOLoss` without being written out here, a subclass of FleetPPO with its own loss, or networks `mlp.py`
-does not write out make `FastUpdate.build` return None with one warning, and the reference runs. A failure at the
+does not write out make `FastUpdate.build` return no engine (with the reason and one warning), and the reference runs. A failure at the
 first rollout step or the first minibatch (a changed library, say) raises `Declined` before anything was applied,
 and FleetPPO then runs the reference instead. A failed CUDA-graph recording falls back to the op-by-op engine.
 """
@@ -23,9 +23,10 @@ import logging
 import torch
 
 from mjfleet.errors import first_line
+from mjfleet.rl.engine import Declined
 from mjfleet.rl.fast.mlp import MlpGradients, Unsupported
 from mjfleet.rl.gradients import RecordedGradients
-from mjfleet.rl.ppo import Declined, FleetPPO, PPOLoss
+from mjfleet.rl.ppo import FleetPPO, PPOLoss
 
 WRITTEN_OUT = frozenset(
     {
@@ -85,20 +86,21 @@ class FastUpdate:
         return self.gradients.rollout_std[0]
 
     @classmethod
-    def build(cls, alg: FleetPPO, capture: bool = True) -> FastUpdate | None:
-        """The engine for `alg`'s loss and networks, or None (with a warning) where the reference must run."""
-        reason = None
+    def build(cls, alg: FleetPPO, capture: bool = True) -> tuple[FastUpdate | None, str | None]:
+        """(The engine for `alg`'s loss and networks, None), or (None, why not) with a warning where the reference
+        must run."""
+        fields = {f.name for f in dataclasses.fields(PPOLoss)}
         if type(alg).minibatch_gradients is not FleetPPO.minibatch_gradients:
             reason = f"{type(alg).__name__} changes the loss"
-        elif {f.name for f in dataclasses.fields(PPOLoss)} != WRITTEN_OUT:
-            reason = f"PPOLoss settings {sorted({f.name for f in dataclasses.fields(PPOLoss)} - WRITTEN_OUT)} are not written out"
+        elif fields != WRITTEN_OUT:
+            reason = f"PPOLoss settings {sorted(fields - WRITTEN_OUT)} are not written out"
         else:
             try:
-                return cls(alg, capture)
+                return cls(alg, capture), None
             except Unsupported as exc:
                 reason = str(exc)
         log.warning("fast PPO update not used (%s): the reference update runs", reason)
-        return None
+        return None, reason
 
     def _first_call(self, what: str, fn, *args):
         """`fn(*args)`; the first call of each `what` raises `Declined` instead of failing."""

@@ -71,7 +71,9 @@ class _Network:
 
     def __init__(self, model: nn.Module, grads: dict[nn.Parameter, torch.Tensor]) -> None:
         cls = type(model)
-        if not isinstance(model, MLPModel) or model.is_recurrent or cls.get_latent is not MLPModel.get_latent:
+        if getattr(model, "is_recurrent", False):
+            raise Unsupported("a recurrent network")
+        if not isinstance(model, MLPModel) or cls.get_latent is not MLPModel.get_latent:
             raise Unsupported(f"network {cls.__name__}")
         self.model = model
         self.groups = list(model.obs_groups)
