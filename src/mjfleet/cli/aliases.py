@@ -21,6 +21,7 @@ from mjfleet.errors import UsageError
 
 ALIASES: dict[str, str] = {
     "algorithm": "agent.algorithm_name",
+    "teacher": "agent.distillation.teacher",
     "num_envs": "env.num_envs",
     "seed": "agent.seed",
     "max_iterations": "agent.max_iterations",
@@ -42,8 +43,11 @@ def apply_aliases(flags: Any, sweeps: Collection[str] = ()) -> None:
         value = getattr(flags, alias, None)
         if value is None or alias in sweeps:
             continue
-        group, field = target.split(".")
-        setattr(getattr(flags, group), field, value)
+        *groups, field = target.split(".")
+        owner = flags
+        for group in groups:
+            owner = getattr(owner, group)
+        setattr(owner, field, value)
 
 
 # --- mjlab's spellings ------------------------------------------------------------------------------------------

@@ -42,9 +42,13 @@ Train a policy with PPO (or SAC) on a MuJoCo-Warp task.
 class TrainFlags:
     """Train a policy with PPO or SAC. Every env and agent setting of the task is a flag (--env.*, --agent.*)."""
 
-    algorithm: Literal["ppo", "sac"] | None = None
-    """The learning algorithm (alias of --agent.algorithm-name): ppo (on-policy, the default) or sac (off-policy
-    with a replay buffer per worker; its settings are --agent.sac.*). See docs/sac.md."""
+    algorithm: Literal["ppo", "sac", "distillation"] | None = None
+    """The learning algorithm (alias of --agent.algorithm-name): ppo (on-policy, the default), sac (off-policy
+    with a replay buffer per worker; its settings are --agent.sac.*; docs/sac.md) or distillation (a student
+    imitating --teacher; --agent.distillation.*)."""
+    teacher: str | None = None
+    """With --algorithm distillation: the teacher's checkpoint or run directory (alias of
+    --agent.distillation.teacher)."""
 
     gpu_ids: tuple[str, ...] = ("auto",)
     """GPUs to train on, one worker each: `0 1`, `"[0, 1]"`, `all`, or `None`/`cpu` for CPU. auto: GPU 0 if

@@ -113,6 +113,9 @@ ALGORITHMS: dict[str, AlgorithmEntry] = {
     "sac": AlgorithmEntry(
         "mjfleet.rl.sac.build:build_sac", "mjfleet.rl.sac.networks:build_actor_from_checkpoint"
     ),
+    "distillation": AlgorithmEntry(
+        "mjfleet.rl.distillation:build_distillation", "mjfleet.rl.build:ppo_actor_from_checkpoint"
+    ),
 }
 """`--algorithm` names: what `AgentConfig.algorithm_name` may be and checkpoints say they are."""
 

@@ -80,13 +80,42 @@ class PPOConfig:
 
 
 @dataclass
+class DistillationConfig:
+    """A student trained to act as a trained teacher acts (DAgger: the student drives, the teacher labels every
+    step); the student's network is `AgentConfig.actor` (an MLP, or recurrent with `--agent.actor.rnn`)."""
+
+    teacher: str = ""
+    """The teacher: a checkpoint, or a run directory (its latest checkpoint), trained on this task with PPO or SAC
+    (alias --teacher). Required for a new run; a resumed run keeps the teacher its checkpoint holds."""
+    student_obs: tuple[str, ...] = ("actor",)
+    """The observation groups the student reads (the teacher reads those it was trained on)."""
+    num_learning_epochs: int = 1
+    """Passes over each rollout per update."""
+    gradient_length: int = 8
+    """Environment steps whose losses make one averaged gradient step (truncated backpropagation through a
+    recurrent student's time)."""
+    learning_rate: float = 1e-3
+    max_grad_norm: float = 1.0
+    """Clip the student's gradient norm to this (0: no clipping)."""
+    loss: Literal["mse", "huber"] = "mse"
+    gradient_reducer: Literal["auto", "all-reduce", "all-gather", "shared-memory", "none"] = "auto"
+    """Several workers: how the student's gradients are averaged (as --agent.algorithm.gradient-reducer)."""
+
+    def check(self) -> None:
+        if self.num_learning_epochs < 1 or self.gradient_length < 1:
+            raise UsageError("--agent.distillation.num-learning-epochs and gradient-length must be >= 1")
+        if not self.student_obs:
+            raise UsageError("--agent.distillation.student-obs names at least one observation group")
+
+
+@dataclass
 class AgentConfig:
     """Everything about learning: PPO or SAC, networks, rollout length, iterations, checkpoints, logging."""
 
-    algorithm_name: Literal["ppo", "sac"] = "ppo"
+    algorithm_name: Literal["ppo", "sac", "distillation"] = "ppo"
     """The learning algorithm: ppo (on-policy: `actor`, `critic`, `algorithm`) or sac (off-policy, a replay
-    buffer per worker: `sac`). `train --algorithm sac` sets it. Each name is an entry of
-    `mjfleet.rl.algorithm.ALGORITHMS`."""
+    buffer per worker: `sac`) or distillation (a student imitating a trained teacher: `distillation`).
+    `train --algorithm sac` sets it. Each name is an entry of `mjfleet.rl.algorithm.ALGORITHMS`."""
 
     experiment_name: str = "default"
     """Runs are written to logs/<experiment_name>/<timestamp>[_<run_name>]/."""
@@ -112,6 +141,8 @@ class AgentConfig:
     """PPO's settings (with --algorithm ppo)."""
     sac: SACConfig = field(default_factory=SACConfig)
     """SAC's settings (with --algorithm sac); a task sets its own defaults here, as it does PPO's."""
+    distillation: DistillationConfig = field(default_factory=DistillationConfig)
+    """Distillation's settings (with --algorithm distillation); the student's network is `actor`."""
 
     def check(self, num_envs: int) -> None:
         """UsageError (one line) for settings no run can use, `num_envs` environments per worker."""
@@ -125,6 +156,9 @@ class AgentConfig:
         check_directory_name("--run-name", self.run_name, empty_ok=True)  # the alias users type
         if self.algorithm_name == "sac":
             self.sac.check(num_envs)
+            return
+        if self.algorithm_name == "distillation":
+            self.distillation.check()
             return
         ppo = self.algorithm
         if self.actor.rnn != "none" and not 1 <= ppo.num_mini_batches <= num_envs:

@@ -129,6 +129,14 @@ def resolve(task_name: str, flags: Any, plan: WorkerPlan) -> TrainJob:
                 f"replay buffer starts empty; warm-up {agent.sac.random_steps} steps with the checkpoint's policy"
             )
         resume_from = str(path)
+    if agent.algorithm_name == "distillation":
+        from mjfleet.rl.distillation import load_teacher
+
+        if not agent.distillation.teacher and resume_from is not None:
+            agent.distillation.teacher = resume_from  # a distillation checkpoint holds its teacher
+        load_teacher(
+            agent.distillation.teacher, spec.name
+        )  # before the run directory exists: one line if wrong
     if continued is not None:
         run_dir = RunDir(continued.run_path)
     else:

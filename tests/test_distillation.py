@@ -1,0 +1,90 @@
+"""`--algorithm distillation`: a student imitating a trained teacher, the third algorithm on the contract."""
+
+from __future__ import annotations
+
+import pathlib
+
+import pytest
+import torch
+from helpers import CARTPOLE_EXPERIMENT, assert_one_line_usage_error, run_cli
+from small_cartpole import cartpole_configs
+
+from mjfleet.rl import FleetRunner
+
+SMALL = ["--gpu-ids", "None", "--num-envs", "16", "--agent.num-steps-per-env", "8", "--logger", "none",
+         "--log-format", "compact"]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def teacher(tmp_path_factory) -> pathlib.Path:
+    """A PPO checkpoint of Cartpole-Balance (its quality does not matter to these tests)."""
+    spec, env_cfg, agent = cartpole_configs(16, 8)
+    torch.manual_seed(0)
+    runner = FleetRunner(spec.make_env(env_cfg), agent, None, "cpu", checkpoint_info={"task": spec.name})
+    runner.learn(3)
+    path = tmp_path_factory.mktemp("teacher") / "model_3.pt"
+    runner.save(path)
+    return path
+
+
+def _student(teacher: pathlib.Path, rnn: str = "none", steps: int = 8) -> FleetRunner:
+    spec, env_cfg, agent = cartpole_configs(16, steps, episode_length_s=0.3)
+    agent.algorithm_name = "distillation"
+    agent.distillation.teacher = str(teacher)
+    agent.distillation.gradient_length = 4
+    agent.actor.rnn, agent.actor.rnn_hidden_dim = rnn, 16
+    torch.manual_seed(1)
+    return FleetRunner(spec.make_env(env_cfg), agent, None, "cpu")
+
+
+def test_the_student_learns_to_act_as_the_teacher_acts(teacher):
+    runner = _student(teacher)
+    first = runner.learn(1)["Loss/behavior"]
+    last = runner.learn(15)["Loss/behavior"]
+    assert last < 0.5 * first
+    obs = runner.env.get_observations()
+    with torch.no_grad():
+        gap = (runner.alg.student(obs) - runner.alg.teacher(obs)).abs().mean()
+    assert gap < 0.5 * first**0.5  # the actions themselves came closer, not only the logged loss
+
+
+def test_a_recurrent_student_acts_on_from_where_its_rollout_ended(teacher):
+    """The update replays the rollout from the state the rollout began with; acting then continues from the state
+    the rollout ended in, not from the replay's."""
+    runner = _student(teacher, rnn="gru")
+    alg, obs = runner.alg, runner.env.get_observations()
+    with torch.inference_mode():
+        for _ in range(8):
+            obs, rewards, dones, extras = runner.env.step(alg.act(obs))
+            alg.process_env_step(obs, rewards, dones, extras)
+    ended = alg.student.get_hidden_state().clone()
+    losses = alg.update(obs)
+    assert losses["behavior"] > 0
+    torch.testing.assert_close(alg.student.get_hidden_state(), ended)
+    assert "recurrent student on actor from a ppo teacher" in runner.describe()
+
+
+def test_train_play_resume_and_export_a_distilled_student(teacher, tmp_path):
+    args = ["Cartpole-Balance", *SMALL, "--algorithm", "distillation", "--teacher", str(teacher)]
+    result = run_cli("train", *args, "--max-iterations", "2", cwd=tmp_path, check=True)
+    assert "distillation: MLP student on actor from a ppo teacher" in result.stdout
+    (run_dir,) = sorted((tmp_path / "logs" / CARTPOLE_EXPERIMENT).iterdir())
+    state = torch.load(run_dir / "model_2.pt", weights_only=True)
+    assert state["algorithm"] == "distillation" and state["teacher"]["algorithm"] == "ppo"
+    play = ["Cartpole-Balance", "--gpu-ids", "None", "--load-run", str(run_dir), "--episodes", "4"]
+    result = run_cli("play", *play, "--export", cwd=tmp_path, check=True)
+    assert "deterministic" in result.stdout and (run_dir / "exported" / "policy.onnx").exists()
+    # resumed without --teacher: the checkpoint holds it
+    resume = ["Cartpole-Balance", *SMALL, "--algorithm", "distillation", "--resume", "--max-iterations", "3"]
+    assert "resuming from" in run_cli("train", *resume, cwd=tmp_path, check=True).stdout
+
+
+def test_a_missing_or_foreign_teacher_is_a_one_line_usage_error(teacher, tmp_path):
+    base = ["--algorithm", "distillation", *SMALL, "--max-iterations", "2"]
+    missing = run_cli("train", "Cartpole-Balance", *base, cwd=tmp_path)
+    assert_one_line_usage_error(missing, "--teacher")
+    foreign = run_cli("train", "Cartpole-Swingup", *base, "--teacher", str(teacher), cwd=tmp_path)
+    assert_one_line_usage_error(foreign, "trained on Cartpole-Balance, not Cartpole-Swingup")
+    absent = run_cli("train", "Cartpole-Balance", *base, "--teacher", str(tmp_path / "none.pt"), cwd=tmp_path)
+    assert_one_line_usage_error(absent, "does not exist")
+    assert not (tmp_path / "logs").exists() or not any((tmp_path / "logs").rglob("model_*.pt"))
