@@ -164,12 +164,13 @@ def test_ranks_that_stop_agreeing_end_the_run_at_the_next_check_naming_them(plan
 
     from mjfleet.launch.launcher import WorkerFailed
 
+    before = _descendants()  # what earlier tests may have left running is theirs to answer for
     with pytest.raises(WorkerFailed) as failed:
         run_workers(plan, w.diverge_after_one_iteration, plan, algorithm, log_dir="")
     message = str(failed.value)
     assert "\n" not in message
     assert "differ between rank 0 and rank(s) [1] after iteration 2" in message  # the first check after it
-    assert _wait_for_no_children(timeout=30) == []  # no worker or agent left behind
+    assert _wait_for_no_new_children(before, timeout=30) == []  # no worker or agent left behind
 
 
 def test_sac_ranks_end_with_identical_networks_targets_and_temperature_while_their_data_differ(shared_launch):
@@ -212,30 +213,32 @@ def test_an_averaged_sac_step_equals_one_process_step_on_both_ranks_batches(shar
     assert not torch.equal(expected["actor"]["mlp.0.weight"], initial["actor"]["mlp.0.weight"])
 
 
-def _wait_for_no_children(timeout: float) -> list[int]:
-    """PIDs of this process's live descendants once they are gone or `timeout` passed."""
+def _descendants() -> set[int]:
+    """PIDs of this process's live (not zombie) descendants, read from /proc."""
+    parents = {}
+    for proc in pathlib.Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            fields = (proc / "stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if fields[0] not in ("Z", "X"):
+            parents[int(proc.name)] = int(fields[1])
+    found, frontier = set(), [os.getpid()]
+    while frontier:
+        parent = frontier.pop()
+        children = [pid for pid, ppid in parents.items() if ppid == parent]
+        found.update(children)
+        frontier += children
+    return found
 
-    def descendants() -> list[int]:
-        parents = {}
-        for proc in pathlib.Path("/proc").iterdir():
-            if not proc.name.isdigit():
-                continue
-            try:
-                fields = (proc / "stat").read_text().rsplit(")", 1)[1].split()
-            except (OSError, IndexError):
-                continue
-            if fields[0] not in ("Z", "X"):
-                parents[int(proc.name)] = int(fields[1])
-        found, frontier = [], [os.getpid()]
-        while frontier:
-            parent = frontier.pop()
-            children = [pid for pid, ppid in parents.items() if ppid == parent]
-            found += children
-            frontier += children
-        return found
 
+def _wait_for_no_new_children(before: set[int], timeout: float) -> list[int]:
+    """PIDs of this process's live descendants that were not in `before`, once they are gone or `timeout` passed
+    (a hang guard: they are normally gone when the launcher returns)."""
     deadline = time.monotonic() + timeout
-    while (left := descendants()) and time.monotonic() < deadline:
+    while (left := sorted(_descendants() - before)) and time.monotonic() < deadline:
         time.sleep(0.2)
     return left
 

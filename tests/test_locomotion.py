@@ -41,7 +41,9 @@ def rough() -> LocomotionEnv:
 
 
 def _stand_at_home(env: LocomotionEnv, lift: float = 0.0) -> None:
-    """Every robot in the keyframe pose at its environment's origin, at rest; timers far from firing."""
+    """Every robot in the keyframe pose at its environment's origin, at rest, its gait state as a reset leaves it;
+    timers far from firing. Every test on the module's shared env starts here, so none sees another's leftovers
+    (feet in the air or touching down, say)."""
     home = torch.as_tensor(env.mj_model.key("home").qpos, dtype=torch.float32)
     qpos = home.repeat(env.num_envs, 1)
     qpos[:, 0:2] = env.env_origins[:, 0:2]
@@ -53,6 +55,10 @@ def _stand_at_home(env: LocomotionEnv, lift: float = 0.0) -> None:
     env._push_steps.fill_(10**6)
     env._command_steps.zero_()
     env.last_actions.zero_()
+    env.feet_air_time.zero_()
+    env._touchdown_air_time.zero_()
+    env._last_foot_contact.zero_()
+    env.first_contact.zero_()
 
 
 def _zero_action(env: LocomotionEnv) -> torch.Tensor:
@@ -391,14 +397,17 @@ def test_iteration_limits_are_recorded_per_world_but_not_printed_while_buffer_ov
     assert not warn & OverflowType.LS_ITERATIONS and not warn & OverflowType.ITERATIONS
     assert warn & OverflowType.NEFC and warn & OverflowType.NARROWPHASE
     _stand_at_home(flat)
-    flat._overflow.fill_(int(OverflowType.LS_ITERATIONS))  # as the solver flags a world that hit the limit
-    flat._overflow[0] = 0
-    flat._overflow[1] |= int(OverflowType.ITERATIONS)
-    _, _, _, extras = flat.step(_zero_action(flat))
-    assert extras["log"]["Metrics/sim_linesearch_limit"] == pytest.approx((NUM_ENVS - 1) / NUM_ENVS)
-    assert extras["log"]["Metrics/sim_solver_limit"] == pytest.approx(1 / NUM_ENVS)
-    assert extras["log"]["Metrics/sim_overflow"] == 0
-    flat._overflow.zero_()
+    try:
+        # As the solver flags a world that hit the limit:
+        flat._overflow.fill_(int(OverflowType.LS_ITERATIONS))
+        flat._overflow[0] = 0
+        flat._overflow[1] |= int(OverflowType.ITERATIONS)
+        _, _, _, extras = flat.step(_zero_action(flat))
+        assert extras["log"]["Metrics/sim_linesearch_limit"] == pytest.approx((NUM_ENVS - 1) / NUM_ENVS)
+        assert extras["log"]["Metrics/sim_solver_limit"] == pytest.approx(1 / NUM_ENVS)
+        assert extras["log"]["Metrics/sim_overflow"] == 0
+    finally:
+        flat._overflow.zero_()  # the module's shared env: later tests read these flags
 
 
 # --------------------------------------------------------------------------------------------- terminations

@@ -187,6 +187,7 @@ def test_the_browser_viewer_binds_loopback_and_moves_to_a_free_port_when_busy(tm
     from mjfleet.runs.viser_viewer import BrowserViewer
     from mjfleet.tasks import get_task
 
+    before = _listening_ports(os.getpid())  # what earlier tests in this process may have left listening
     spec = get_task("Cartpole-Balance")
     cfg = spec.env_config()
     cfg.num_envs = 2
@@ -201,7 +202,7 @@ def test_the_browser_viewer_binds_loopback_and_moves_to_a_free_port_when_busy(tm
             with socket.create_connection(("127.0.0.1", viewer.port), timeout=5):
                 pass
             listening = _listening_ports(os.getpid())
-            assert viewer.port in listening and listening - {viewer.port, busy} == set(), listening
+            assert viewer.port in listening and listening - before - {viewer.port, busy} == set(), listening
             assert _bound_address(os.getpid(), viewer.port) == "127.0.0.1"
         finally:
             viewer.close()
