@@ -13,14 +13,12 @@ from typing import Any
 import torch
 from tensordict import TensorDict
 
+from mjfleet.errors import UsageError
 from mjfleet.launch.worker import WorkerContext
 from mjfleet.rl.config import AgentConfig
 from mjfleet.rl.distribution import GaussianDistribution
 from mjfleet.rl.ppo import FleetPPO
 from mjfleet.runs.run_dir import to_plain
-
-OBS_GROUPS = {"actor": ["actor"], "critic": ["critic"]}
-"""Which observation groups each network reads: the environments' "actor" and "critic" groups."""
 
 
 def build_ppo(
@@ -33,10 +31,16 @@ def build_ppo(
 
     agent.check(env.num_envs)
     device = ctx.device
+    missing = [group for group in agent.actor.obs_groups if group not in obs.keys()]
+    if missing:
+        raise UsageError(
+            f"--agent.actor.obs-groups: no observation group {missing}; the env has {list(obs.keys())}"
+        )
+    obs_groups = {"actor": list(agent.actor.obs_groups), "critic": ["critic"]}
     recurrence = agent.actor_recurrence()
     actor = (RNNModel if recurrence else MLPModel)(
         obs,
-        OBS_GROUPS,
+        obs_groups,
         "actor",
         env.num_actions,
         hidden_dims=list(agent.actor.hidden_dims),
@@ -51,7 +55,7 @@ def build_ppo(
     ).to(device)
     critic = MLPModel(
         obs,
-        OBS_GROUPS,
+        obs_groups,
         "critic",
         1,
         hidden_dims=list(agent.critic.hidden_dims),

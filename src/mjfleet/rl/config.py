@@ -27,6 +27,9 @@ class ActorConfig(PolicyConfig):
 
     init_noise_std: float = 1.0
     noise_std_type: Literal["scalar", "log"] = "scalar"
+    obs_groups: tuple[str, ...] = ("actor",)
+    """The observation groups the actor reads (PPO): `actor` (the default), or `policy` for the deployable set a
+    robot measures (locomotion tasks; docs/tasks.md lists each group's terms)."""
     rnn: Literal["none", "gru", "lstm"] = "none"
     """A recurrent actor (PPO): the observations pass a GRU or LSTM before the MLP, its hidden state reset per
     environment when an episode ends; trained by truncated backpropagation over each rollout (rsl_rl's RNNModel).
@@ -87,8 +90,9 @@ class DistillationConfig:
     teacher: str = ""
     """The teacher: a checkpoint, or a run directory (its latest checkpoint), trained on this task with PPO or SAC
     (alias --teacher). Required for a new run; a resumed run keeps the teacher its checkpoint holds."""
-    student_obs: tuple[str, ...] = ("actor",)
-    """The observation groups the student reads (the teacher reads those it was trained on)."""
+    student_obs: tuple[str, ...] = ()
+    """The observation groups the student reads (the teacher reads those it was trained on). Default: `policy`,
+    the deployable set, where the environment has it (locomotion tasks), else `actor`."""
     num_learning_epochs: int = 1
     """Passes over each rollout per update."""
     gradient_length: int = 8
@@ -104,8 +108,6 @@ class DistillationConfig:
     def check(self) -> None:
         if self.num_learning_epochs < 1 or self.gradient_length < 1:
             raise UsageError("--agent.distillation.num-learning-epochs and gradient-length must be >= 1")
-        if not self.student_obs:
-            raise UsageError("--agent.distillation.student-obs names at least one observation group")
 
 
 @dataclass
@@ -197,7 +199,7 @@ class AgentConfig:
             "num_steps_per_env": self.num_steps_per_env,
             "save_interval": self.save_interval,
             "seed": self.seed,
-            "obs_groups": {"actor": ["actor"], "critic": ["critic"]},
+            "obs_groups": {"actor": list(self.actor.obs_groups), "critic": ["critic"]},
             "check_for_nan": False,  # environments reset diverged worlds themselves
             # rsl_rl's PPO with one collective per minibatch (mjfleet.rl.ppo); the same mathematics.
             "algorithm": {"class_name": "mjfleet.rl.ppo:FleetPPO", **algorithm},

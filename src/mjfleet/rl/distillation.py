@@ -205,7 +205,8 @@ def build_distillation(obs: TensorDict, env, agent: AgentConfig, ctx) -> FleetDi
 
     cfg = agent.distillation
     agent.check(env.num_envs)
-    missing = [group for group in cfg.student_obs if group not in obs.keys()]
+    student_obs = cfg.student_obs or (("policy",) if "policy" in obs.keys() else ("actor",))
+    missing = [group for group in student_obs if group not in obs.keys()]
     if missing:
         raise UsageError(
             f"--agent.distillation.student-obs: no observation group {missing}; the env has {list(obs.keys())}"
@@ -219,7 +220,7 @@ def build_distillation(obs: TensorDict, env, agent: AgentConfig, ctx) -> FleetDi
             f"teacher {cfg.teacher} does not fit this task's policy: {first_line(exc)}"
         ) from None
     recurrence = agent.actor_recurrence()
-    groups = {"actor": list(cfg.student_obs)}
+    groups = {"actor": list(student_obs)}
     network = {
         "hidden_dims": list(agent.actor.hidden_dims),
         "activation": agent.actor.activation,

@@ -45,6 +45,9 @@ class NoiseConfig:
     joint_pos: float = 0.01
     joint_vel: float = 1.5
     height_scan: float = 0.1
+    joint_pos_bias: float = 0.02
+    """The `policy` group's encoder offsets (rad): one per environment and joint, drawn at each reset and held
+    for the episode, as a joint encoder's calibration error is."""
 
 
 @dataclass

@@ -184,8 +184,11 @@ class LocomotionEnv(MujocoVecEnv):
             self.cfg.height_scan, self.terrain is not None, dev
         )
         """The height scan's grid (P, 2) in the base-heading frame; None without a scan."""
+        self.joint_pos_bias = torch.zeros_like(self.default_joint_pos).expand(n, -1).clone()
+        """The `policy` group's encoder offsets, drawn per environment at each reset."""
         events.randomize_physics(self)
         self._actor_noise = observations.actor_noise_scale(self)
+        self._policy_noise = observations.actor_noise_scale(self, deployable=True)
 
     def _setup_terrain(self) -> None:
         n, dev, tcfg = self.num_envs, self.device, self.cfg.terrain
@@ -302,6 +305,7 @@ class LocomotionEnv(MujocoVecEnv):
     def on_reset(self, mask: torch.Tensor) -> None:
         commands.resample_commands(self, mask)
         m = mask.unsqueeze(1)
+        events.draw_encoder_offsets(self, m)
         self.feet_air_time.masked_fill_(m, 0.0)
         self._touchdown_air_time.masked_fill_(m, 0.0)
         self.foot_contact.masked_fill_(m, False)

@@ -28,6 +28,15 @@ def randomize_physics(env) -> None:
     env.sim.set_constants()  # the subtree masses and inverse weights of each world's heavier or lighter trunk
 
 
+def draw_encoder_offsets(env, mask: torch.Tensor) -> None:
+    """New encoder offsets (`noise.joint_pos_bias`) for the environments `mask` (n, 1) marks, in place."""
+    nz = env.cfg.noise
+    bias = nz.joint_pos_bias if nz.enabled else 0.0
+    if bias > 0:
+        drawn = (torch.rand_like(env.joint_pos_bias) * 2 - 1) * bias
+        env.joint_pos_bias.copy_(torch.where(mask, drawn, env.joint_pos_bias))
+
+
 def draw_push_steps(env) -> torch.Tensor:
     """Policy steps until the next push, drawn for every environment (callers pick with a mask)."""
     low, high = (t / env.step_dt for t in env.cfg.events.push_interval_s)

@@ -1,5 +1,13 @@
-"""Observation terms: the proprioceptive terms both actor and critic see (the actor's with uniform noise), the
-critic's privileged terms, and the height scan of the terrain around the base."""
+"""Observation terms and groups, named by what a robot measures.
+
+- `policy`: the deployable set, what a real robot's sensors give: IMU angular velocity and gravity direction,
+  joint encoders (positions with a per-episode offset, velocities), the command and the last action, each with
+  noise. No base linear velocity, no contact states, no height map. A distillation student reads it.
+- `actor`: the default PPO/SAC actor's set: the proprioceptive terms with noise, including the base linear
+  velocity (which a robot does not measure), and the height scan where it is given to the actor.
+- `critic`: privileged and exact: the proprioceptive terms, contacts, friction, added mass, base height, the
+  height scan.
+"""
 
 from __future__ import annotations
 
@@ -23,6 +31,19 @@ def proprio_terms(env) -> list[tuple[str, torch.Tensor, float]]:
     ]
 
 
+DEPLOYABLE = ("base_ang_vel", "projected_gravity", "command", "joint_pos", "joint_vel", "actions")
+"""The proprioceptive terms a robot measures: the `policy` group, in this order."""
+
+
+def deployable_terms(env) -> list[tuple[str, torch.Tensor, float]]:
+    """The `policy` group's terms (name, value, noise half-range): the encoders' positions carry their offsets."""
+    terms = [term for term in proprio_terms(env) if term[0] in DEPLOYABLE]
+    return [
+        (name, value + env.joint_pos_bias if name == "joint_pos" else value, noise)
+        for name, value, noise in terms
+    ]
+
+
 def privileged_terms(env) -> list[tuple[str, torch.Tensor]]:
     """The critic's extra terms, in order, after the proprioceptive ones: (name, value)."""
     qpos = env.sim.qpos
@@ -40,7 +61,8 @@ def observation_terms(env) -> dict[str, list[tuple[str, int]]]:
     privileged = [(name, value.shape[1]) for name, value in privileged_terms(env)]
     scan = [] if env.scan_points is None else [("height_scan", env.scan_points.shape[0])]
     actor_scan = scan if env.cfg.height_scan.in_actor else []
-    return {"actor": proprio + actor_scan, "critic": proprio + privileged + scan}
+    policy = [(name, value.shape[1]) for name, value, _ in deployable_terms(env)]
+    return {"actor": proprio + actor_scan, "critic": proprio + privileged + scan, "policy": policy}
 
 
 def compute_observations(env) -> dict[str, torch.Tensor]:
@@ -54,13 +76,20 @@ def compute_observations(env) -> dict[str, torch.Tensor]:
         if env.cfg.height_scan.in_actor:
             actor_clean = torch.cat((proprio, scan), dim=1)
     noise = (torch.rand_like(actor_clean) * 2 - 1) * env._actor_noise
-    return {"actor": actor_clean + noise, "critic": torch.cat(critic, dim=1)}
+    policy = torch.cat([value for _, value, _ in deployable_terms(env)], dim=1)
+    policy_noise = (torch.rand_like(policy) * 2 - 1) * env._policy_noise
+    return {"actor": actor_clean + noise, "critic": torch.cat(critic, dim=1), "policy": policy + policy_noise}
 
 
-def actor_noise_scale(env) -> torch.Tensor:
-    """The actor's noise half-range per observation column, from the terms `compute_observations` uses."""
+def actor_noise_scale(env, deployable: bool = False) -> torch.Tensor:
+    """The actor's (or with `deployable`, the `policy` group's) noise half-range per observation column, from the
+    terms `compute_observations` uses."""
     nz = env.cfg.noise
-    parts = [(noise, value.shape[1]) for _, value, noise in proprio_terms(env)]
+    terms = deployable_terms(env) if deployable else proprio_terms(env)
+    parts = [(noise, value.shape[1]) for _, value, noise in terms]
+    if deployable:
+        scale = torch.cat([torch.full((k,), float(v)) for v, k in parts]).to(env.device)
+        return scale if nz.enabled else torch.zeros_like(scale)
     if env.scan_points is not None and env.cfg.height_scan.in_actor:
         parts.append((nz.height_scan, env.scan_points.shape[0]))
     scale = torch.cat([torch.full((k,), float(v)) for v, k in parts]).to(env.device)

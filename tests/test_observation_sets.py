@@ -1,0 +1,114 @@
+"""The locomotion tasks' observation groups named by what a robot measures: `policy` (deployable), beside the
+default `actor` and the privileged `critic`; PPO and a distillation student reading the deployable set."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from mjfleet.rl import FleetRunner
+from mjfleet.tasks.locomotion.mdp.observations import DEPLOYABLE
+from mjfleet.tasks.registry import get_task
+
+TASK = "Quadruped-Velocity-Flat"
+
+
+def _env(num_envs: int = 4, noise: bool = True, **noise_settings):
+    spec = get_task(TASK)
+    cfg = spec.env_config()
+    cfg.num_envs = num_envs
+    cfg.noise.enabled = noise
+    for key, value in noise_settings.items():
+        setattr(cfg.noise, key, value)
+    return spec, cfg, spec.make_env(cfg, "cpu")
+
+
+def _columns(env, group: str, name: str) -> slice:
+    start = 0
+    for term, size in env.observation_terms()[group]:
+        if term == name:
+            return slice(start, start + size)
+        start += size
+    raise KeyError(name)
+
+
+def test_the_policy_group_holds_only_what_a_robot_measures():
+    _, _, env = _env()
+    terms = env.observation_terms()
+    assert [name for name, _ in terms["policy"]] == list(DEPLOYABLE)
+    assert "base_lin_vel" in dict(terms["actor"]) and "base_lin_vel" not in dict(terms["policy"])
+    privileged = {
+        "base_lin_vel",
+        "foot_contact",
+        "foot_friction",
+        "added_trunk_mass",
+        "base_height",
+        "height_scan",
+    }
+    assert not privileged & set(dict(terms["policy"]))
+    obs = env.get_observations()
+    assert obs["policy"].shape == (4, sum(size for _, size in terms["policy"]))
+
+
+def test_without_noise_the_policy_group_is_the_actors_measured_terms_exactly():
+    _, _, env = _env(noise=False)
+    obs, *_ = env.step(torch.zeros(4, env.num_actions))
+    for name in DEPLOYABLE:
+        torch.testing.assert_close(
+            obs["policy"][:, _columns(env, "policy", name)], obs["actor"][:, _columns(env, "actor", name)]
+        )
+
+
+def test_encoder_offsets_hold_for_an_episode_and_are_drawn_anew_at_its_reset():
+    # Only the offsets: the other noise off, so the joint positions differ from the exact ones by the offset alone.
+    settings = dict(lin_vel=0.0, ang_vel=0.0, gravity=0.0, joint_pos=0.0, joint_vel=0.0, joint_pos_bias=0.05)
+    _, _, env = _env(**settings)
+    offsets = env.joint_pos_bias.clone()
+    assert 0 < offsets.abs().max() <= 0.05
+    obs, *_ = env.step(torch.zeros(4, env.num_actions))
+    columns = _columns(env, "policy", "joint_pos")
+    exact = obs["critic"][:, _columns(env, "critic", "joint_pos")]
+    torch.testing.assert_close(obs["policy"][:, columns] - exact, offsets, atol=1e-6, rtol=0)
+    env.on_reset(torch.tensor([True, False, False, False]))
+    assert not torch.equal(env.joint_pos_bias[0], offsets[0])
+    assert torch.equal(env.joint_pos_bias[1:], offsets[1:])
+
+
+def test_ppo_trains_an_actor_on_the_deployable_set_and_exports_its_terms():
+    from mjfleet.rl.export import policy_metadata
+
+    spec, cfg, env = _env(num_envs=8)
+    agent = spec.agent_config()
+    agent.num_steps_per_env, agent.logger = 4, "none"
+    agent.actor.obs_groups = ("policy",)
+    runner = FleetRunner(env, agent, None, "cpu")
+    record = runner.learn(1)
+    assert record["env_steps"] == 32
+    actor = runner.alg.get_policy().eval()
+    assert actor.obs_groups == ["policy"]
+    meta = policy_metadata(env, actor, env.get_observations(), TASK)
+    assert [group["name"] for group in meta["input"]["groups"]] == ["policy"]
+    assert [term["name"] for term in meta["input"]["terms"]] == list(DEPLOYABLE)
+
+
+def test_an_unknown_actor_group_is_a_usage_error():
+    from mjfleet.errors import UsageError
+
+    spec, _, env = _env()
+    agent = spec.agent_config()
+    agent.actor.obs_groups = ("lidar",)
+    with pytest.raises(UsageError, match="no observation group"):
+        FleetRunner(env, agent, None, "cpu")
+
+
+def test_a_distillation_student_reads_the_deployable_set_by_default(tmp_path):
+    spec, cfg, env = _env(num_envs=8)
+    agent = spec.agent_config()
+    agent.num_steps_per_env, agent.logger = 4, "none"
+    teacher = FleetRunner(env, agent, None, "cpu", checkpoint_info={"task": TASK})
+    teacher.save(tmp_path / "teacher.pt")
+    agent.algorithm_name = "distillation"
+    agent.distillation.teacher = str(tmp_path / "teacher.pt")
+    student = FleetRunner(env, agent, None, "cpu")
+    assert "student on policy from a ppo teacher (actor)" in student.describe()
+    assert student.learn(1)["Loss/behavior"] > 0
