@@ -1,6 +1,7 @@
 """The console scripts as a user runs them, real simulator: each script once as a real process (the exit status a
 shell sees); what only depends on its arguments, through its `main` in this process."""
 
+import json
 import os
 import pathlib
 import subprocess
@@ -168,6 +169,53 @@ def test_a_bad_task_module_in_the_environment_is_one_line(modules, needle, tmp_p
 def test_a_flag_tyro_cannot_parse_is_one_line_not_a_box(command, needles, capsys):
     code, out, err = run_main(*command, capsys=capsys)
     assert_one_line_usage_error(subprocess.CompletedProcess(command, code, out, err), *needles)
+
+
+# --- tasks and plot: bad input is one line and exit status 2 too ----------------------------------------
+
+
+def test_tasks_with_an_argument_is_one_line_not_argparses_usage():
+    result = run_cli("tasks", "foo", timeout=120)
+    assert_one_line_usage_error(result, "tasks: error: unrecognized arguments: foo", "train <Task> --help")
+    assert "usage:" not in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "needles"),
+    [
+        (["foo"], ["unrecognized arguments: foo", "`tasks` takes none"]),
+        (["--bogus", "x"], ["unrecognized arguments: --bogus x"]),
+    ],
+)
+def test_bad_tasks_input_is_one_line(args, needles, capsys):
+    code, out, err = run_main("tasks", *args, capsys=capsys)
+    assert_one_line_usage_error(subprocess.CompletedProcess(args, code, out, err), "tasks: error:", *needles)
+    assert out == ""
+
+
+PLOT_BAD_INPUT = [
+    ([], ["name at least one run directory"]),
+    (["{tmp}/missing"], ["missing does not exist", "pass a run directory"]),
+    (["{tmp}/not_records"], ["not_records: not a metrics.jsonl", "list, not a record"]),
+    (["{tmp}/run", "--output", "{tmp}"], ["is a directory", "reward_curve.png"]),
+    (["{tmp}/run", "--output", "{tmp}/curve.foo"], ["names no image format", "use .png"]),
+    (["{tmp}/run", "--output", "{tmp}/curve"], ["names no image format"]),
+    (["{tmp}/run", "--output", "{tmp}/a_file/curve.png"], ["cannot write", "a_file/curve.png"]),
+]
+
+
+@pytest.mark.parametrize(("args", "needles"), PLOT_BAD_INPUT)
+def test_bad_plot_input_is_one_line(args, needles, tmp_path, capsys):
+    (tmp_path / "run").mkdir()
+    record = {"iteration": 1, "env_steps": 256, "mean_return": 1.0, "mean_episode_length": 10.0}
+    (tmp_path / "run" / "metrics.jsonl").write_text(f"{json.dumps(record)}\n")
+    (tmp_path / "not_records").mkdir()
+    (tmp_path / "not_records" / "metrics.jsonl").write_text("[1, 2]\n")
+    (tmp_path / "a_file").write_text("")
+    args = [arg.format(tmp=tmp_path) for arg in args]
+    code, out, err = run_main("plot", *args, capsys=capsys)
+    assert_one_line_usage_error(subprocess.CompletedProcess(args, code, out, err), "plot: error:", *needles)
+    assert not list(tmp_path.rglob("*.png")) and not list(tmp_path.rglob("*.foo"))
 
 
 # --- short aliases: one table, one rule ----------------------------------------------------------------

@@ -54,15 +54,47 @@ def _main(argv: list[str]) -> None:
         if trained and skipped:
             print(f"skipped (no metrics.jsonl): {', '.join(skipped)}")
             runs = trained
+    for run in runs:
+        _check_records(run)
     if flags.output is not None:
-        output = pathlib.Path(flags.output)
+        output = _checked_output(flags.output)
     elif len(runs) == 1:
         run = pathlib.Path(runs[0])
         output = (run.parent if run.is_file() else run) / "reward_curve.png"
     else:
         output = pathlib.Path("reward_curves.png")
-    written = plot_reward_curve(runs, output)
+    try:
+        written = plot_reward_curve(runs, output)
+    except OSError as exc:
+        raise UsageError(f"cannot write {output}: {exc.strerror or exc}") from None
     print(f"wrote {written}")
+
+
+def _check_records(run: str) -> None:
+    """A metrics file whose lines are JSON but not records (objects) is not one `train` wrote: say so in one
+    line rather than fail while drawing it."""
+    from mjfleet.runs.plots import read_metrics
+
+    odd = next((r for r in read_metrics(run) if not isinstance(r, dict)), None)
+    if odd is not None:
+        raise UsageError(f"{run}: not a metrics.jsonl (a line holds {type(odd).__name__}, not a record)")
+
+
+def _checked_output(name: str) -> pathlib.Path:
+    output = pathlib.Path(name)
+    if output.is_dir():
+        raise UsageError(
+            f"--output {name} is a directory: name the image, e.g. {output / 'reward_curve.png'}"
+        )
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    formats = FigureCanvasBase.get_supported_filetypes()
+    if output.suffix.lower().lstrip(".") not in formats:
+        raise UsageError(
+            f"--output {name}: the suffix names no image format matplotlib writes; use .png (or one of "
+            f"{', '.join(sorted(formats))})"
+        )
+    return output
 
 
 def _has_metrics(run: str) -> bool:
