@@ -129,3 +129,69 @@ def test_sigint_saves_a_sac_checkpoint_and_its_resume_command_keeps_sac_and_refi
     state = torch.load(new_run / f"model_{last + 1}.pt", weights_only=True)
     assert state["algorithm"] == "sac"
     assert [g["weight_decay"] for g in state["optimizer_state_dict"]["param_groups"]] == [0.002, 0.002, 0.0]
+
+
+# --- SAC on the quadruped: where SAC's users are ---------------------------------------------------------------
+
+QUADRUPED = "Quadruped-Velocity-Flat"
+SAC_QUADRUPED = [
+    "--gpu-ids", "None", "--cpu-workers", "1", "--algorithm", "sac", "--num-envs", "4", "--agent.num-steps-per-env",
+    "4", "--agent.sac.batch-size", "16", "--agent.sac.random-steps", "4", "--agent.sac.buffer-size", "1000",
+    "--agent.sac.actor-hidden-dims", "32", "32", "--agent.sac.critic-hidden-dims", "32", "32", "--logger", "none",
+    "--log-format", "compact",
+]  # fmt: skip
+"""A tiny SAC quadruped run: 4 environments, 4-step iterations, the first random (warm-up), small networks."""
+
+
+@pytest.fixture(scope="module")
+def sac_quadruped_run(tmp_path_factory) -> pathlib.Path:
+    """The run directory of a 2-iteration SAC run on Quadruped-Velocity-Flat (read-only: copy it to write)."""
+    cwd = tmp_path_factory.mktemp("sac_quadruped")
+    run_cli("train", QUADRUPED, *SAC_QUADRUPED, "--max-iterations", "2", cwd=cwd, check=True)
+    (run_dir,) = (cwd / "logs" / "quadruped_velocity_flat").iterdir()
+    return run_dir
+
+
+def test_sac_trains_the_quadruped_on_cpu_and_play_exports_its_actor(sac_quadruped_run, tmp_path):
+    records = metrics(sac_quadruped_run)
+    assert [r["iteration"] for r in records] == [0, 1] and records[1]["Loss/critic"] > 0
+    cwd = copy_workdir(sac_quadruped_run.parents[2], tmp_path)
+    (run_dir,) = (cwd / "logs" / "quadruped_velocity_flat").iterdir()
+    args = [QUADRUPED, "--gpu-ids", "None", "--load-run", str(run_dir), "--num-envs", "2", "--episodes", "2"]
+    result = run_cli("play", *args, "--env.episode-length-s", "0.2", "--export", cwd=cwd, check=True)
+    assert "deterministic" in result.stdout and "ONNX matches torch" in result.stdout
+    assert (run_dir / "exported" / "policy.onnx").exists()
+
+
+def test_sac_action_bounds_are_the_quadrupeds_joint_ranges_about_its_default_pose(sac_quadruped_run):
+    """Against the real model's joint limits: the environment's own bounds (`--agent.sac.action-bound 0`) put
+    action 0, the default pose, in the middle of each joint's largest symmetric range about it that its limits
+    allow; the task's SAC default (+-1, read from the trained actor's checkpoint) lies within every such range."""
+    from mjfleet.rl.sac.build import action_bounds
+    from mjfleet.tasks import get_task
+
+    spec = get_task(QUADRUPED)
+    cfg = spec.env_config()
+    cfg.num_envs = 2
+    env = spec.make_env(cfg)
+    m = env.mj_model
+    joints = [m.joint(name).id for name in env.joint_names]
+    lower, upper = (torch.tensor(m.jnt_range[joints, i], dtype=torch.float32) for i in (0, 1))
+    home = torch.tensor(m.key("home").qpos[m.jnt_qposadr[joints]], dtype=torch.float32)
+    scale = env.joint_action_scale.cpu()
+    assert ((lower < home) & (home < upper)).all()  # the default pose is inside every joint's range
+    widest = torch.minimum(home - lower, upper - home) / scale  # in actions, about action 0
+
+    low, high = action_bounds(env, 0.0)
+    torch.testing.assert_close(high, widest)
+    torch.testing.assert_close(low, -widest)
+    # The extreme actions reach a joint limit on one side and stay within the range on the other.
+    low_target, high_target = home + scale * low, home + scale * high
+    assert (low_target >= lower - 1e-5).all() and (high_target <= upper + 1e-5).all()
+    touches = torch.isclose(low_target, lower, atol=1e-5) | torch.isclose(high_target, upper, atol=1e-5)
+    assert touches.all()
+
+    actor = torch.load(sac_quadruped_run / "model_2.pt", weights_only=True)["actor_state_dict"]
+    assert torch.equal(actor["action_center"], torch.zeros(len(joints)))
+    assert torch.equal(actor["action_half_range"], torch.ones(len(joints)))  # the task's action_bound
+    assert (actor["action_half_range"] <= widest).all()
