@@ -111,9 +111,21 @@ class Export:
         self.rewards = [(t["name"], float(t["weight"]), compile_expression(t["expression"]))
                         for t in rules["rewards"]["terms"]]  # fmt: skip
         self.metrics = {k: compile_expression(v) for k, v in (rules.get("metrics") or {}).items()}
+        self.state_rule = self.meta.get(
+            "state"
+        )  # a recurrent policy's hidden state: carried, reset per episode
+        self.reset_state()
+
+    def reset_state(self) -> None:
+        """A recurrent policy's hidden state at an episode's start: zeros (policy.json's `state`)."""
+        rule = self.state_rule
+        shape = [1 if size == "batch" else size for size in rule["shape"]] if rule else []
+        self.state = {name: np.zeros(shape, np.float32) for name in (rule["inputs"] if rule else [])}
 
     def act(self, obs: np.ndarray) -> np.ndarray:
-        (actions,) = self.session.run(["actions"], {"obs": obs[None, :].astype(np.float32)})
+        outputs = ["actions", *(self.state_rule["outputs"] if self.state_rule else [])]
+        actions, *state = self.session.run(outputs, {"obs": obs[None, :].astype(np.float32), **self.state})
+        self.state = dict(zip(self.state, state, strict=True))  # each output is the next step's input
         return actions[0].astype(np.float64)
 
 
@@ -338,6 +350,7 @@ def evaluate(export: Export, episodes: int, seed: int, command, condition: dict 
     steps = 0
     for _ in range(episodes):
         ep.reset()
+        export.reset_state()
         obs = ep.observation()
         while True:
             if frame_sink is not None:
@@ -404,6 +417,7 @@ def dump_actions(export: Export, state: pathlib.Path, steps: int, out: pathlib.P
     cmd = init["command"].tolist() if "command" in init.files else command
     ep = Episode(export, export.model, np.random.default_rng(0), cmd)
     ep.reset(qpos=init["qpos"].astype(np.float64), qvel=init["qvel"].astype(np.float64))
+    export.reset_state()
     actions = []
     for _ in range(steps):
         a = export.act(ep.observation())

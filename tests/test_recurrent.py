@@ -4,10 +4,12 @@ minibatches that replay the rollout, and a user's run from train to play."""
 from __future__ import annotations
 
 import copy
+import json
 
+import numpy as np
 import pytest
 import torch
-from helpers import CARTPOLE_EXPERIMENT, assert_one_line_usage_error, run_cli
+from helpers import CARTPOLE_EXPERIMENT, run_cli
 from small_cartpole import cartpole_configs
 from tensordict import TensorDict
 
@@ -81,9 +83,9 @@ def test_recurrent_minibatches_replay_the_rollouts_log_probabilities():
     assert compared == agent.num_steps_per_env * 16
 
 
-def test_recurrent_ppo_trains_resumes_and_play_evaluates_it(tmp_path):
+def test_recurrent_ppo_trains_resumes_plays_and_exports_with_its_state(tmp_path):
     """A user's LSTM run: the start-up line says why the fast engine does not run, the checkpoint rebuilds the
-    recurrent actor in `play`, and --resume continues it."""
+    recurrent actor in `play`, --resume continues it, and the export carries the hidden state in and out."""
     result = run_cli(
         "train", "Cartpole-Balance", *RECURRENT_SMALL, "--max-iterations", "2", cwd=tmp_path, check=True
     )
@@ -92,9 +94,6 @@ def test_recurrent_ppo_trains_resumes_and_play_evaluates_it(tmp_path):
     state = torch.load(run_dir / "model_2.pt", weights_only=True)
     assert state["algorithm"] == "ppo" and state["rsl_rl_cfg"]["actor"]["class_name"] == "RNNModel"
     assert any(key.startswith("rnn.") for key in state["actor_state_dict"])
-    play = ["Cartpole-Balance", "--gpu-ids", "None", "--load-run", str(run_dir), "--episodes", "4"]
-    result = run_cli("play", *play, cwd=tmp_path, check=True)
-    assert "deterministic" in result.stdout
     resumed = run_cli(
         "train",
         "Cartpole-Balance",
@@ -106,5 +105,31 @@ def test_recurrent_ppo_trains_resumes_and_play_evaluates_it(tmp_path):
         check=True,
     )
     assert "resuming from" in resumed.stdout
-    exported = run_cli("play", *play, "--export", cwd=tmp_path)
-    assert_one_line_usage_error(exported, "recurrent actor", "not supported yet")
+    play = ["Cartpole-Balance", "--gpu-ids", "None", "--load-run", str(run_dir), "--episodes", "4"]
+    result = run_cli("play", *play, "--export", cwd=tmp_path, check=True)
+    assert "deterministic" in result.stdout and "ONNX matches torch" in result.stdout
+    meta = json.loads((run_dir / "exported" / "policy.json").read_text())
+    assert meta["state"]["inputs"] == ["h_in", "c_in"] and meta["state"]["shape"] == [1, "batch", 16]
+    # examples/sim2sim.py carries the state in MuJoCo C: its first actions are play's, step by step
+    from test_sim2sim import dumped_actions, first_actions
+
+    expected, initial = first_actions("Cartpole-Balance", run_dir, 50, tmp_path)
+    got = dumped_actions(run_dir / "exported", initial, 50, tmp_path)
+    assert got.shape == expected.shape and len(got) >= 25
+    np.testing.assert_allclose(got, expected, atol=1e-4, rtol=0)
+
+
+def test_the_recurrent_export_check_fails_for_a_graph_that_is_not_the_actor(tmp_path):
+    """The step-by-step check (state carried, reset at random episode ends) catches an export of other weights."""
+    from mjfleet.rl.export import _export_onnx
+    from mjfleet.rl.export_check import ExportError, check_recurrent_onnx, recurrent_state
+
+    actor = _recurrent_actor("lstm").eval()
+    obs = TensorDict({"actor": torch.zeros(2, 3)}, batch_size=[2])
+    path = tmp_path / "policy.onnx"
+    _export_onnx(actor, path, recurrent_state(actor))
+    assert check_recurrent_onnx(path, actor, obs) < 1e-5
+    with torch.no_grad():
+        actor.rnn.rnn.weight_hh_l0.mul_(1.5)  # the memory differs: only steps after the first can tell
+    with pytest.raises(ExportError, match="recurrent ONNX"):
+        check_recurrent_onnx(path, actor, obs)

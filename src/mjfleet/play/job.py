@@ -63,10 +63,6 @@ def play(task_name: str, flags: Any) -> dict[str, Any]:
         env = spec.make_env(env_cfg, device)
         obs = env.get_observations()
         actor = build_checkpoint_actor(source, obs, env, device, spec.name)
-        if flags.export and getattr(actor, "is_recurrent", False):
-            from mjfleet.rl.export import RECURRENT_EXPORT
-
-            raise UsageError(f"{source.checkpoint}: {RECURRENT_EXPORT}")
         act = act_fn(actor, flags, env)
         recorder = None
         if flags.action_percentiles is not None:

@@ -3,6 +3,8 @@
 The exported policy takes one float32 input `obs` of shape (batch, obs_dim): the concatenation of the actor's
 observation groups in the order listed in policy.json, UNnormalised (the observation normaliser is part of the
 graph). It outputs `actions` (batch, num_actions): the deterministic (mean) action, before clipping and scaling.
+A recurrent actor's graph also takes its hidden state (`h_in`, and `c_in` for an LSTM; (layers, batch, hidden))
+and returns the next one (`h_out`, `c_out`); policy.json's `state` says how a deployment carries and resets it.
 """
 
 from __future__ import annotations
@@ -23,14 +25,12 @@ from mjfleet.rl.export_check import (
     ONNX_TOLERANCE,
     actor_input_groups,
     check_onnx,
+    check_recurrent_onnx,
     check_torchscript,
+    recurrent_state,
 )
 
 ONNX_OPSET = 18
-RECURRENT_EXPORT = (
-    "exporting a recurrent actor (--agent.actor.rnn) is not supported yet: its hidden state is not an input and "
-    "output of the exported graph"
-)
 _MJCF_TEXT = "_mjcf_xml"
 """policy_metadata's key for the model's MJCF text and asset files, which export_policy writes beside the policy."""
 
@@ -195,10 +195,7 @@ def export_policy(
     Raises ExportError when the ONNX model's outputs differ from the torch policy's by more than ONNX_TOLERANCE.
     Files are written under temporary names and renamed, so a reader never sees a half-written policy.
     """
-    if getattr(actor, "is_recurrent", False):
-        from mjfleet.errors import UsageError
-
-        raise UsageError(RECURRENT_EXPORT)
+    state = recurrent_state(actor)
     out_dir = pathlib.Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     written: dict[str, pathlib.Path] = {}
@@ -216,15 +213,15 @@ def export_policy(
 
     onnx_path = out_dir / "policy.onnx"
     tmp = out_dir / ".policy.tmp.onnx"
-    _export_onnx(actor, tmp)
-    max_diff = check_onnx(tmp, actor, obs)
+    _export_onnx(actor, tmp, state)
+    max_diff = check_onnx(tmp, actor, obs) if state is None else check_recurrent_onnx(tmp, actor, obs)
     onnx_info = {"opset": ONNX_OPSET, "max_abs_diff_vs_torch": max_diff, "tolerance": ONNX_TOLERANCE}
     _write_onnx_metadata(tmp, {**metadata, "onnx": onnx_info})
     os.replace(tmp, onnx_path)
     written["onnx"] = onnx_path
 
     torchscript_diff = None
-    if torchscript:
+    if torchscript and state is None:  # rsl_rl's scripted RNN keeps one robot's state inside: ONNX only
         try:
             module = actor.as_jit().to("cpu").eval()
             with warnings.catch_warnings():
@@ -242,6 +239,8 @@ def export_policy(
             warnings.warn(f"TorchScript export skipped: {exc}", stacklevel=2)
 
     meta = dict(metadata)
+    if state is not None:
+        meta["state"] = state
     meta["files"] = {kind: path.name for kind, path in written.items()}
     meta["onnx"] = onnx_info
     if torchscript_diff is not None:
@@ -254,8 +253,11 @@ def export_policy(
     return written
 
 
-def _export_onnx(actor, path: pathlib.Path) -> None:
+def _export_onnx(actor, path: pathlib.Path, state: dict[str, Any] | None = None) -> None:
     module = actor.as_onnx(verbose=False).to("cpu").eval()
+    batch_axes = {"obs": {0: "batch"}, "actions": {0: "batch"}}
+    for name in (state["inputs"] + state["outputs"]) if state is not None else ():  # (layers, batch, hidden)
+        batch_axes[name] = {1: "batch"}
     dummy = module.get_dummy_inputs()
     common = {
         "opset_version": ONNX_OPSET,
@@ -266,14 +268,16 @@ def _export_onnx(actor, path: pathlib.Path) -> None:
         # The TorchScript-based exporter: quick, and the graph it writes is plain (Gemm/Elu/Sub/Div).
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            dynamic = {"obs": {0: "batch"}, "actions": {0: "batch"}}
-            torch.onnx.export(module, dummy, str(path), dynamic_axes=dynamic, dynamo=False, **common)
+            torch.onnx.export(module, dummy, str(path), dynamic_axes=batch_axes, dynamo=False, **common)
         return
     except (TypeError, RuntimeError, ImportError):  # newer torch without the legacy exporter
         pass
     with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        dynamic_shapes = ({0: torch.export.Dim("batch")},)
+        batch = torch.export.Dim("batch")
+        dynamic_shapes = ({0: batch},) + tuple(
+            {1: batch} for _ in (state["inputs"] if state is not None else ())
+        )
         torch.onnx.export(
             module,
             dummy,

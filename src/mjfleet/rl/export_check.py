@@ -29,18 +29,7 @@ def check_onnx(path: str | os.PathLike, actor, obs: TensorDict, samples: int = 2
     import numpy as np
 
     x, expected = _reference_actions(actor, obs, samples, seed)
-    inputs = {"obs": x.numpy().astype(np.float32)}
-    try:
-        import onnxruntime as ort
-    except ImportError:
-        from onnx.reference import ReferenceEvaluator
-
-        (got,) = ReferenceEvaluator(str(path)).run(["actions"], inputs)
-        return _checked("ONNX", got, expected)
-    options = ort.SessionOptions()
-    options.log_severity_level = 3
-    session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-    (got,) = session.run(["actions"], inputs)
+    (got,) = _onnx_runner(path)(["actions"], {"obs": x.numpy().astype(np.float32)})
     return _checked("ONNX", got, expected)
 
 
@@ -64,8 +53,85 @@ def _checked(kind: str, got, expected) -> float:
     return max_diff
 
 
+def check_recurrent_onnx(
+    path: str | os.PathLike, actor, obs: TensorDict, steps: int = 24, robots: int = 8
+) -> float:
+    """Max |onnx - torch| of a recurrent actor's deterministic actions over `steps` steps of `robots` robots, each
+    carrying its hidden state from step to step and zeroing it when its episode ends (at random steps), as a
+    deployment does; ExportError above tolerance. Needs onnxruntime (the `deploy` extra) or onnx's evaluator."""
+    import numpy as np
+
+    x, batch = _random_observations(actor, obs, steps * robots, seed=0)
+    ends = torch.rand(steps, robots, generator=torch.Generator().manual_seed(1)) < 0.15
+    device = next(actor.parameters()).device
+    kept = actor.get_hidden_state()  # the actor's own state (a training rollout's) is given back afterwards
+    actor.reset()
+    expected = []
+    try:
+        with torch.inference_mode():
+            for t in range(steps):
+                expected.append(actor(batch[t * robots : (t + 1) * robots].to(device)).float().cpu().numpy())
+                actor.reset(ends[t].float().to(device))
+    finally:
+        actor.reset(hidden_state=kept)
+    run = _onnx_runner(path)
+    state = recurrent_state(actor)
+    carried = {
+        name: np.zeros(state["shape"][:1] + [robots] + state["shape"][2:], np.float32)
+        for name in state["inputs"]
+    }
+    got = []
+    for t in range(steps):
+        feeds = {"obs": x[t * robots : (t + 1) * robots].numpy().astype(np.float32), **carried}
+        actions, *states = run(["actions", *state["outputs"]], feeds)
+        got.append(actions)
+        for name, value in zip(state["inputs"], states, strict=True):
+            carried[name] = np.where(ends[t].numpy()[None, :, None], 0.0, value).astype(np.float32)
+    return _checked("recurrent ONNX", np.stack(got), np.stack(expected))
+
+
+def recurrent_state(actor) -> dict[str, Any] | None:
+    """What a deployment keeps between steps for a recurrent actor (None for a feed-forward one): the ONNX
+    inputs and outputs of its hidden state, their shape (num_layers, batch, hidden) and the reset rule."""
+    if not getattr(actor, "is_recurrent", False):
+        return None
+    rnn = actor.rnn.rnn
+    kind = "lstm" if isinstance(rnn, torch.nn.LSTM) else "gru"
+    inputs, outputs = (["h_in", "c_in"], ["h_out", "c_out"]) if kind == "lstm" else (["h_in"], ["h_out"])
+    return {
+        "type": kind,
+        "inputs": inputs,
+        "outputs": outputs,
+        "shape": [rnn.num_layers, "batch", rnn.hidden_size],
+        "initial": 0.0,
+        "reset": "zeros at the start of every episode, per robot; otherwise feed each step's outputs back as the "
+        "next step's inputs",
+    }
+
+
+def _onnx_runner(path: str | os.PathLike):
+    try:
+        import onnxruntime as ort
+    except ImportError:
+        from onnx.reference import ReferenceEvaluator
+
+        return ReferenceEvaluator(str(path)).run
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"]).run
+
+
 def _reference_actions(actor, obs: TensorDict, samples: int, seed: int):
     """(random concatenated observations on the CPU, the torch actor's deterministic actions for them)."""
+    x, batch = _random_observations(actor, obs, samples, seed)
+    device = next(actor.parameters()).device
+    with torch.inference_mode():
+        expected = actor(batch.to(device)).float().cpu().numpy()
+    return x, expected
+
+
+def _random_observations(actor, obs: TensorDict, samples: int, seed: int):
+    """(random concatenated observations on the CPU, the same as the actor's groups)."""
     groups = actor_input_groups(actor, obs)
     generator = torch.Generator().manual_seed(seed)
     # Standard-normal inputs (around the normaliser's statistics when there is one): the scale observations have.
@@ -74,8 +140,4 @@ def _reference_actions(actor, obs: TensorDict, samples: int, seed: int):
         norm = actor.obs_normalizer
         x = x * norm.std.cpu() + norm.mean.cpu()
     parts = torch.split(x, [g["size"] for g in groups], dim=1)
-    batch = TensorDict({g["name"]: p for g, p in zip(groups, parts, strict=True)}, batch_size=[samples])
-    device = next(actor.parameters()).device
-    with torch.inference_mode():
-        expected = actor(batch.to(device)).float().cpu().numpy()
-    return x, expected
+    return x, TensorDict({g["name"]: p for g, p in zip(groups, parts, strict=True)}, batch_size=[samples])

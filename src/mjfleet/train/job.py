@@ -99,10 +99,6 @@ def resolve(task_name: str, flags: Any, plan: WorkerPlan) -> TrainJob:
         )
     video = _video_settings(flags)
     agent.check(env.num_envs)
-    if flags.export_on_save and agent.algorithm_name == "ppo" and agent.actor.rnn != "none":
-        from mjfleet.rl.export import RECURRENT_EXPORT
-
-        raise UsageError(f"--export-on-save: {RECURRENT_EXPORT}")
     retention = Retention(flags.keep_last, flags.keep_every)
     if agent.logger == "wandb" and importlib.util.find_spec("wandb") is None:
         raise UsageError("--logger wandb needs the optional wandb package: `uv sync --extra wandb`")
