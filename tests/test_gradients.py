@@ -110,6 +110,9 @@ def test_a_plain_adam_becomes_torchs_fused_adam_with_its_groups_and_other_optimi
     groups.append({"params": list(networks["critic"].parameters()), "lr": 0.2})
     adam = fused(torch.optim.Adam(groups, betas=(0.8, 0.9)))
     assert adam.defaults["fused"] and adam.defaults["betas"] == (0.8, 0.9)
+    assert all(
+        group["fused"] for group in adam.param_groups
+    )  # each group steps fused, not only the defaults say so
     assert [g["lr"] for g in adam.param_groups] == [0.1, 0.2]
     sgd = torch.optim.SGD(networks["actor"].parameters(), lr=0.1)
     assert fused(sgd) is sgd

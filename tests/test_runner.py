@@ -153,7 +153,7 @@ def test_the_configured_optimizer_is_kept_with_its_settings(tmp_path, optimizer)
     expected = {"adam": torch.optim.Adam, "adamw": torch.optim.AdamW, "sgd": torch.optim.SGD}[optimizer]
     assert type(opt) is expected
     if optimizer == "adam":
-        assert opt.defaults["fused"]
+        assert opt.defaults["fused"] and all(group["fused"] for group in opt.param_groups)
     if optimizer == "adamw":
         assert opt.defaults["weight_decay"] == 0.01  # torch's AdamW default, not Adam's 0
     before = [p.detach().clone() for p in runner.alg.actor.parameters()]

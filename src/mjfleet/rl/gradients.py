@@ -179,7 +179,10 @@ def fused(optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
     are (SAC builds its AdamW fused itself)."""
     if type(optimizer) is not torch.optim.Adam or optimizer.defaults.get("fused"):
         return optimizer
-    groups = [dict(group) for group in optimizer.param_groups]
+    # A group's own implementation flags would win over the defaults' (fused: None is the for-each path).
+    groups = [
+        {k: v for k, v in group.items() if k not in ("fused", "foreach")} for group in optimizer.param_groups
+    ]
     return torch.optim.Adam(groups, **{**optimizer.defaults, "fused": True})
 
 
