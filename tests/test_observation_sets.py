@@ -50,6 +50,17 @@ def test_the_policy_group_holds_only_what_a_robot_measures():
     assert obs["policy"].shape == (4, sum(size for _, size in terms["policy"]))
 
 
+def test_a_learner_receives_only_the_groups_its_networks_read():
+    """PPO on the default actor: its rollout storage holds no deployable copy it would never read."""
+    spec, _, env = _env(num_envs=8)
+    agent = spec.agent_config()
+    agent.num_steps_per_env, agent.logger = 4, "none"
+    runner = FleetRunner(env, agent, None, "cpu")
+    assert set(runner.alg.storage.observations.keys()) == {"actor", "critic"}
+    obs, *_ = env.step(torch.zeros(8, env.num_actions))
+    assert set(obs.keys()) == {"actor", "critic"}
+
+
 def test_without_noise_the_policy_group_is_the_actors_measured_terms_exactly():
     _, _, env = _env(noise=False)
     obs, *_ = env.step(torch.zeros(4, env.num_actions))
@@ -109,6 +120,7 @@ def test_a_distillation_student_reads_the_deployable_set_by_default(tmp_path):
     teacher.save(tmp_path / "teacher.pt")
     agent.algorithm_name = "distillation"
     agent.distillation.teacher = str(tmp_path / "teacher.pt")
-    student = FleetRunner(env, agent, None, "cpu")
+    _, _, student_env = _env(num_envs=8)  # the teacher's runner selected the groups PPO reads from its env
+    student = FleetRunner(student_env, agent, None, "cpu")
     assert "student on policy from a ppo teacher (actor)" in student.describe()
     assert student.learn(1)["Loss/behavior"] > 0

@@ -40,6 +40,9 @@ class MujocoVecEnv(VecEnv):
     #: environment that timed out reached, which an off-policy learner bootstraps from (SAC sets it; the returned
     #: observations are the new episodes' first ones). Off by default: it computes the observations twice.
     record_final_observations: bool = False
+    #: The observation groups returned (`select_observations`; None: every group the task computes). A learner
+    #: selects those its networks read, so its rollout storage and minibatches carry no other group.
+    observation_groups: tuple[str, ...] | None = None
     #: Model fields given a per-environment copy (for domain randomisation), e.g. ("geom_friction",).
     per_env_model_fields: tuple[str, ...] = ()
     #: mujoco_warp OverflowType bits whose console warnings are not printed (they stay set in `data.overflow`).
@@ -191,6 +194,12 @@ class MujocoVecEnv(VecEnv):
     def get_observations(self) -> TensorDict:
         return self._obs
 
+    def select_observations(self, groups) -> TensorDict:
+        """From now on return only the observation `groups`; returns the current observations, so selected."""
+        self.observation_groups = tuple(dict.fromkeys(groups))
+        self._obs = self._obs.select(*self.observation_groups)
+        return self._obs
+
     def step(self, actions: torch.Tensor) -> tuple[TensorDict, torch.Tensor, torch.Tensor, dict]:
         """Clip and apply `actions`, advance the physics, compute rewards and terminations, reset finished envs.
 
@@ -307,4 +316,7 @@ class MujocoVecEnv(VecEnv):
         return self._observation_dict()
 
     def _observation_dict(self) -> TensorDict:
-        return TensorDict(self.compute_observations(), batch_size=[self.num_envs], device=self.device)
+        obs = self.compute_observations()
+        if self.observation_groups is not None:
+            obs = {group: obs[group] for group in self.observation_groups}
+        return TensorDict(obs, batch_size=[self.num_envs], device=self.device)

@@ -37,6 +37,7 @@ def build_ppo(
             f"--agent.actor.obs-groups: no observation group {missing}; the env has {list(obs.keys())}"
         )
     obs_groups = {"actor": list(agent.actor.obs_groups), "critic": ["critic"]}
+    obs = select_observations(env, obs, [*agent.actor.obs_groups, "critic"])
     recurrence = agent.actor_recurrence()
     actor = (RNNModel if recurrence else MLPModel)(
         obs,
@@ -71,6 +72,12 @@ def build_ppo(
         engine, alg.engine_declined = FastUpdate.build(alg, agent.algorithm.capture_update)
         alg.attach_engine(engine)
     return alg
+
+
+def select_observations(env, obs: TensorDict, groups) -> TensorDict:
+    """The environment returns only `groups` from now on (where it can select): `obs` so selected."""
+    select = getattr(env, "select_observations", None)
+    return select(groups) if select is not None else obs.select(*groups)
 
 
 def ppo_actor_from_checkpoint(

@@ -202,6 +202,7 @@ def build_distillation(obs: TensorDict, env, agent: AgentConfig, ctx) -> FleetDi
     from rsl_rl.storage import RolloutStorage
 
     from mjfleet.rl.algorithm import actor_from_checkpoint
+    from mjfleet.rl.build import select_observations
 
     cfg = agent.distillation
     agent.check(env.num_envs)
@@ -221,6 +222,7 @@ def build_distillation(obs: TensorDict, env, agent: AgentConfig, ctx) -> FleetDi
         ) from None
     recurrence = agent.actor_recurrence()
     groups = {"actor": list(student_obs)}
+    obs = select_observations(env, obs, [*student_obs, *teacher.obs_groups])
     network = {
         "hidden_dims": list(agent.actor.hidden_dims),
         "activation": agent.actor.activation,

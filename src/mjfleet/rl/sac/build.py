@@ -6,6 +6,7 @@ import torch
 
 from mjfleet.errors import UsageError
 from mjfleet.launch.worker import WorkerContext
+from mjfleet.rl.build import select_observations
 from mjfleet.rl.config import AgentConfig
 from mjfleet.rl.sac.algorithm import FleetSAC
 from mjfleet.rl.sac.networks import SquashedGaussianActor, TwinCritic
@@ -28,6 +29,7 @@ def build_sac(obs, env, agent: AgentConfig, ctx: WorkerContext) -> FleetSAC:
     env.record_final_observations = True
     device = ctx.device
     critic_group = "critic" if cfg.asymmetric_critic and "critic" in obs.keys() else "actor"
+    obs = select_observations(env, obs, ["actor", critic_group])
     bounds = action_bounds(env, cfg.action_bound, cfg.action_low, cfg.action_high)
     actor = SquashedGaussianActor(
         obs["actor"].shape[-1],
