@@ -247,9 +247,8 @@ def test_every_alias_flag_is_in_the_one_alias_table_and_names_its_nested_flag(co
     declared = {flag for flag, text in entries.items() if "(alias of --" in text}
     assert declared, entries.keys()
     for flag in declared:
-        target = ALIASES[flag[2:].replace("-", "_")]
-        group, field = target.split(".")
-        assert f"(alias of --{group}.{field.replace('_', '-')}" in entries[flag]
+        target = ALIASES[flag[2:].replace("-", "_")]  # e.g. agent.algorithm_name, agent.distillation.teacher
+        assert f"(alias of --{target.replace('_', '-')}" in entries[flag]
     assert {f"--{alias.replace('_', '-')}" for alias in ALIASES} & set(entries) == declared
 
 

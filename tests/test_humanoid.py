@@ -36,6 +36,8 @@ def _stand_at_home(env: HumanoidEnv, command: tuple[float, float, float] = (0.0,
     env.sim.qpos.copy_(qpos)
     env.sim.qvel.zero_()
     env.sim.forward()
+    # The feet where this pose puts them: a step refreshes them after the physics, and this test may run first.
+    env.foot_pos = env.sim.xpos[:, env._foot_bodies]
     env.episode_length_buf.zero_()
     env._push_steps.fill_(10**6)
     env._command_steps.fill_(-(10**6))

@@ -11,6 +11,7 @@ from helpers import (
     CARTPOLE_EXPERIMENT,
     NO_GL,
     SMALL_CARTPOLE,
+    copy_workdir,
     iterations_in,
     missing_infrastructure,
     mp4_frames,
@@ -68,8 +69,11 @@ def test_wandb_gets_the_training_videos(wandb_run):
     assert len(logged) == 2 and all(len(mp4_frames(v)[1]) == 4 for v in logged)
 
 
-def test_play_takes_the_checkpoint_from_a_wandb_runs_local_files(wandb_run):
-    cwd, run_dir, offline, *_ = wandb_run
+def test_play_takes_the_checkpoint_from_a_wandb_runs_local_files(wandb_run, tmp_path):
+    shared, run_dir, offline, *_ = wandb_run
+    # A private copy: the shared run keeps the checkpoint this test deletes (the other tests read it, in any order).
+    cwd = copy_workdir(shared, tmp_path)
+    run_dir, offline = cwd / run_dir.relative_to(shared), cwd / offline.relative_to(shared)
     run_id = offline.name.rsplit("-", 1)[1]
     (run_dir / "model_2.pt").unlink()  # only the wandb run's copy is left to find
     run_cli("play", "Cartpole-Balance", "--gpu-ids", "None", "--num-envs", "4", "--episodes", "4",

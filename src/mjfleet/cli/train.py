@@ -47,8 +47,8 @@ class TrainFlags:
     with a replay buffer per worker; its settings are --agent.sac.*; docs/sac.md) or distillation (a student
     imitating --teacher; --agent.distillation.*)."""
     teacher: str | None = None
-    """With --algorithm distillation: the teacher's checkpoint or run directory (alias of
-    --agent.distillation.teacher)."""
+    """With --algorithm distillation: the teacher's checkpoint or run directory
+    (alias of --agent.distillation.teacher)."""
 
     gpu_ids: tuple[str, ...] = ("auto",)
     """GPUs to train on, one worker each: `0 1`, `"[0, 1]"`, `all`, or `None`/`cpu` for CPU. auto: GPU 0 if
