@@ -38,9 +38,18 @@ class FleetDistillation:
     name = ALGORITHM
 
     def __init__(
-        self, student, teacher, teacher_state: dict, storage, cfg: DistillationConfig, device: str
+        self,
+        student,
+        student_cfg: dict,
+        teacher,
+        teacher_state: dict,
+        storage,
+        cfg: DistillationConfig,
+        device: str,
     ) -> None:
         self.student, self.teacher, self.storage, self.cfg = student, teacher, storage, cfg
+        self.student_cfg = student_cfg
+        """rsl_rl's config of the student (checkpoints keep it: play rebuilds the student from it)."""
         self.teacher_state = teacher_state
         self.device = device
         self.teacher.requires_grad_(False)
@@ -235,10 +244,10 @@ def build_distillation(obs: TensorDict, env, agent: AgentConfig, ctx) -> FleetDi
     storage = RolloutStorage(
         "distillation", env.num_envs, agent.num_steps_per_env, obs, [env.num_actions], device
     )
-    alg = FleetDistillation(student, teacher, teacher_state, storage, cfg, device)
-    alg.student_cfg = {
+    student_cfg = {
         "obs_groups": groups,
         "actor": {"class_name": "RNNModel" if recurrence else "MLPModel", **network},
     }
+    alg = FleetDistillation(student, student_cfg, teacher, teacher_state, storage, cfg, device)
     alg.gradients.connect(cfg.gradient_reducer, ctx)
     return alg

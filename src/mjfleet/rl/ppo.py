@@ -174,12 +174,10 @@ class FleetPPO(PPO):
                     grads.extra.copy_(kl.reshape(1))
                 if grads.accumulate(end_of_group=count % self.num_mini_batches == 0):  # an epoch's end
                     self.apply_gradients()
+        rollout = self.storage.observations.flatten(0, 1)  # once, for both normalisers
         for model in (self.actor, self.critic):
             if model.obs_normalization:
-                grads.update_normalizer(
-                    model.obs_normalizer,
-                    model_normalizer_input(model, self.storage.observations.flatten(0, 1)),
-                )
+                grads.update_normalizer(model.obs_normalizer, model_normalizer_input(model, rollout))
         self.storage.clear()
         self.policy_changed()
         surrogate, value, entropy, kl = (sums / max(count, 1)).tolist()
