@@ -9,6 +9,7 @@ import torch
 from helpers import CARTPOLE_EXPERIMENT, assert_one_line_usage_error, run_cli
 from small_cartpole import cartpole_configs
 
+from mjfleet.errors import UsageError
 from mjfleet.rl import FleetRunner
 
 SMALL = ["--gpu-ids", "None", "--num-envs", "16", "--agent.num-steps-per-env", "8", "--logger", "none",
@@ -88,3 +89,49 @@ def test_a_missing_or_foreign_teacher_is_a_one_line_usage_error(teacher, tmp_pat
     absent = run_cli("train", "Cartpole-Balance", *base, "--teacher", str(tmp_path / "none.pt"), cwd=tmp_path)
     assert_one_line_usage_error(absent, "does not exist")
     assert not (tmp_path / "logs").exists() or not any((tmp_path / "logs").rglob("model_*.pt"))
+
+
+def test_ppo_fine_tuning_takes_over_the_students_network_and_nothing_else(teacher, tmp_path):
+    student = _student(teacher, rnn="gru")
+    student.learn(2)
+    path = tmp_path / "model_2.pt"
+    student.save(path)
+    spec, env_cfg, agent = cartpole_configs(16, 8)
+    agent.actor.rnn, agent.actor.rnn_hidden_dim = "gru", 16
+    torch.manual_seed(2)
+    ppo = FleetRunner(spec.make_env(env_cfg), agent, None, "cpu")
+    critic = {k: v.clone() for k, v in ppo.alg.critic.state_dict().items()}
+    std = (
+        ppo.alg.actor.distribution.std_param.clone()
+    )  # the task's scalar noise: --agent.actor.init-noise-std
+    ppo.load(path)
+    actor = ppo.alg.actor.state_dict()
+    for key, value in student.alg.student.state_dict().items():
+        torch.testing.assert_close(actor[key], value, rtol=0, atol=0)
+    for key, value in ppo.alg.critic.state_dict().items():
+        assert torch.equal(value, critic[key])
+    assert torch.equal(ppo.alg.actor.distribution.std_param, std)
+    assert ppo.current_learning_iteration == 2
+    ppo.learn(1)
+    assert ppo.current_learning_iteration == 3
+    # an MLP actor cannot take over a recurrent student: one line naming what does not fit
+    agent.actor.rnn = "none"
+    mlp = FleetRunner(spec.make_env(env_cfg), agent, None, "cpu")
+    with pytest.raises(UsageError, match="does not fit this PPO actor"):
+        mlp.load(path)
+
+
+def test_train_fine_tunes_a_recurrent_student_with_ppo_without_repeating_its_flags(teacher, tmp_path):
+    rnn = ["--agent.actor.rnn", "gru", "--agent.actor.rnn-hidden-dim", "16"]
+    distill = ["Cartpole-Balance", *SMALL, "--algorithm", "distillation", "--teacher", str(teacher), *rnn]
+    run_cli("train", *distill, "--max-iterations", "1", cwd=tmp_path, check=True)
+    fine_tune = ["Cartpole-Balance", *SMALL, "--algorithm", "ppo", "--resume", "--max-iterations", "2"]
+    result = run_cli("train", *fine_tune, "--agent.actor.init-noise-std", "0.2", cwd=tmp_path, check=True)
+    assert "fine-tuning model_1.pt's distillation student with ppo" in result.stdout
+    assert "actor rnn gru" in result.stdout
+    run_dir = sorted((tmp_path / "logs" / CARTPOLE_EXPERIMENT).iterdir())[-1]
+    state = torch.load(run_dir / "model_2.pt", weights_only=True)
+    assert state["algorithm"] == "ppo" and state["rsl_rl_cfg"]["actor"]["rnn_type"] == "gru"
+    # and a distillation checkpoint is still refused by SAC, in one line
+    sac = ["Cartpole-Balance", *SMALL, "--algorithm", "sac", "--resume", "--max-iterations", "3"]
+    assert_one_line_usage_error(run_cli("train", *sac, cwd=tmp_path), "was trained with")

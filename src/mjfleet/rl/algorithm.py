@@ -106,10 +106,18 @@ class AlgorithmEntry:
     """(observations, env, agent settings, worker context) -> the `Algorithm`, its reducer connected."""
     actor_from_checkpoint: str
     """(checkpoint state, observations, number of actions, device) -> its actor in eval mode (`play`, export)."""
+    starts_from: tuple[tuple[str, str], ...] = ()
+    """(algorithm, "module:function") pairs: checkpoints of that algorithm this one can continue from, and the
+    function (this algorithm, checkpoint state) that takes over their actor (PPO fine-tuning a distilled
+    student). Everything else of such a checkpoint (its losses, its optimiser) stays behind."""
 
 
 ALGORITHMS: dict[str, AlgorithmEntry] = {
-    "ppo": AlgorithmEntry("mjfleet.rl.build:build_ppo", "mjfleet.rl.build:ppo_actor_from_checkpoint"),
+    "ppo": AlgorithmEntry(
+        "mjfleet.rl.build:build_ppo",
+        "mjfleet.rl.build:ppo_actor_from_checkpoint",
+        starts_from=(("distillation", "mjfleet.rl.build:ppo_from_student"),),
+    ),
     "sac": AlgorithmEntry(
         "mjfleet.rl.sac.build:build_sac", "mjfleet.rl.sac.networks:build_actor_from_checkpoint"
     ),
@@ -136,12 +144,23 @@ def trained_with(state: dict[str, Any]) -> str:
 
 
 def check_trained_with(state: dict[str, Any], name: str, source: object = "the checkpoint") -> None:
-    """UsageError (one line) when the checkpoint `state` was trained by another algorithm than `name`."""
+    """UsageError (one line) when `name` can neither continue the checkpoint `state` (trained by `name`) nor
+    start from it (`AlgorithmEntry.starts_from`)."""
     algorithm = trained_with(state)
-    if algorithm != name:
+    if algorithm != name and algorithm not in dict(ALGORITHMS[name].starts_from):
         raise UsageError(
             f"{source} was trained with {algorithm}, not {name}: pass --algorithm {algorithm}, or start a new run"
         )
+
+
+def load_checkpoint_state(alg: Algorithm, state: dict[str, Any], strict: bool = True) -> None:
+    """Restore `alg` from a checkpoint of its own algorithm, or take over the actor of one it starts from."""
+    algorithm = trained_with(state)
+    check_trained_with(state, alg.name)
+    if algorithm == alg.name:
+        alg.load_state_dict(state, strict)
+    else:
+        _resolve(dict(ALGORITHMS[alg.name].starts_from)[algorithm])(alg, state)
 
 
 def actor_from_checkpoint(state: dict[str, Any], obs: TensorDict, num_actions: int, device="cpu"):

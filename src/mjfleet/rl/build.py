@@ -13,7 +13,7 @@ from typing import Any
 import torch
 from tensordict import TensorDict
 
-from mjfleet.errors import UsageError
+from mjfleet.errors import UsageError, first_line
 from mjfleet.launch.worker import WorkerContext
 from mjfleet.rl.config import AgentConfig
 from mjfleet.rl.distribution import GaussianDistribution
@@ -93,3 +93,19 @@ def ppo_actor_from_checkpoint(
     actor.load_state_dict(state["actor_state_dict"])
     actor.eval()
     return actor
+
+
+def ppo_from_student(alg: FleetPPO, state: dict[str, Any]) -> None:
+    """PPO fine-tuning a distilled student: the student's network (and normaliser) becomes the actor's mean; the
+    action noise starts at `--agent.actor.init-noise-std`, the critic and the optimiser start fresh."""
+    try:
+        missing, unexpected = alg.actor.load_state_dict(state["actor_state_dict"], strict=False)
+        foreign = [*unexpected, *(key for key in missing if not key.startswith("distribution."))]
+    except RuntimeError as exc:  # a layer of another shape
+        foreign = [first_line(exc)]
+    if foreign:
+        raise UsageError(
+            f"the student's network does not fit this PPO actor ({', '.join(foreign[:3])}): "
+            "fine-tune with the student's --agent.actor settings"
+        )
+    alg.policy_changed()

@@ -15,7 +15,7 @@ import torch
 from mjfleet.launch.worker import WorkerContext
 from mjfleet.rl import checkpoint
 from mjfleet.rl.agreement import agreed_stop, check_consistency
-from mjfleet.rl.algorithm import Algorithm, build_algorithm, check_trained_with
+from mjfleet.rl.algorithm import Algorithm, build_algorithm, check_trained_with, load_checkpoint_state
 from mjfleet.rl.config import AgentConfig
 from mjfleet.rl.episode_stats import EpisodeStats
 from mjfleet.rl.stop import StopRequest
@@ -310,10 +310,11 @@ class FleetRunner:
 
     def load(self, path, strict: bool = True, map_location=None, restore_rng: bool = True) -> dict:
         """Restore the algorithm's state, the iteration and step counts, and this rank's torch RNG state when the
-        checkpoint has one for it; returns its `infos`. A checkpoint of another algorithm is a UsageError."""
+        checkpoint has one for it; returns its `infos`. A checkpoint of another algorithm is a UsageError, unless
+        this one starts from it (`AlgorithmEntry.starts_from`: PPO from a distilled student)."""
         state = checkpoint.read(path, map_location or self.device)
         check_trained_with(state, self.alg.name, path)
-        self.alg.load_state_dict(state, strict)
+        load_checkpoint_state(self.alg, state, strict)
         self.current_learning_iteration = state["iter"]
         self.env_steps = state.get("env_steps", 0)
         self.saved_iteration = self.current_learning_iteration

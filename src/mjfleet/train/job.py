@@ -159,15 +159,17 @@ def resolve(task_name: str, flags: Any, plan: WorkerPlan) -> TrainJob:
 
 
 def _check_algorithm(agent: AgentConfig, state: dict[str, Any], path: pathlib.Path) -> None:
-    """A checkpoint continues with the algorithm that trained it (its networks are that algorithm's)."""
+    """A checkpoint continues with the algorithm that trained it (its networks are that algorithm's), or with one
+    that starts from it (PPO from a distilled student)."""
     from mjfleet.rl.algorithm import check_trained_with
 
     check_trained_with(state, agent.algorithm_name, path)
 
 
 def _adopt_network_shapes(agent: AgentConfig, state: dict[str, Any], path: pathlib.Path) -> None:
-    """Resume with the checkpoint's hidden layers: e.g. a run trained on a GPU (the task's GPU networks) continued
-    on a laptop (its CPU defaults may be smaller) must rebuild the networks it loads."""
+    """Resume with the checkpoint's networks: its hidden layers (a run trained on a GPU with the task's GPU networks
+    continued on a laptop, whose CPU defaults may be smaller), the actor's observation groups and memory (a
+    recurrent run resumed, or fine-tuned, without repeating its flags)."""
     if agent.algorithm_name == "sac":
         saved_sac = (state.get("agent_cfg") or {}).get("sac") or {}
         for name in ("actor_hidden_dims", "critic_hidden_dims"):
@@ -176,14 +178,31 @@ def _adopt_network_shapes(agent: AgentConfig, state: dict[str, Any], path: pathl
                 print(f"note: {path.name} has SAC {name} {tuple(dims)}; resuming with those")
                 setattr(agent.sac, name, tuple(int(d) for d in dims))
         return
+    from mjfleet.rl.algorithm import trained_with
+
     saved = state.get("rsl_rl_cfg") or {}
+    if trained_with(state) != agent.algorithm_name:  # PPO fine-tuning a distilled student
+        print(
+            f"note: fine-tuning {path.name}'s {trained_with(state)} student with {agent.algorithm_name}: a new "
+            f"critic, action noise from --agent.actor.init-noise-std ({agent.actor.init_noise_std})"
+        )
     for name, policy in (("actor", agent.actor), ("critic", agent.critic)):
-        dims = (saved.get(name) or {}).get("hidden_dims")
-        if dims is not None and tuple(dims) != tuple(policy.hidden_dims):
-            print(
-                f"note: {path.name} has {name} layers {tuple(dims)}; resuming with those, not {policy.hidden_dims}"
-            )
-            policy.hidden_dims = tuple(int(d) for d in dims)
+        network = saved.get(name) or {}
+        found = {"hidden_dims": network.get("hidden_dims")}
+        if name == "actor" and "class_name" in network:  # the actor's inputs and memory too
+            found["obs_groups"] = (saved.get("obs_groups") or {}).get("actor")
+            found["rnn"] = network.get("rnn_type", "none")
+            found["rnn_hidden_dim"] = network.get("rnn_hidden_dim", policy.rnn_hidden_dim)
+            found["rnn_num_layers"] = network.get("rnn_num_layers", policy.rnn_num_layers)
+        for field, value in found.items():
+            value = tuple(value) if isinstance(value, list) else value
+            if value is not None and value != getattr(policy, field):
+                print(
+                    f"note: {path.name} has {name} {field} {value}; resuming with that, not {getattr(policy, field)}"
+                )
+                setattr(policy, field, value)
+    if agent.algorithm_name == "distillation":  # the student reads the groups it was trained on
+        agent.distillation.student_obs = agent.actor.obs_groups
 
 
 def _resume_checkpoint(flags: Any, agent: AgentConfig) -> pathlib.Path | None:
