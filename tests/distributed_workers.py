@@ -30,8 +30,9 @@ def build_runner(
     single_update: bool = False,
     sync: int = 1,
     algorithm: str = "ppo",
+    teacher: str = "",
 ):
-    spec, cfg, agent = cartpole_configs(num_envs, STEPS)
+    spec, cfg, agent = cartpole_configs(num_envs, STEPS, episode_length_s=0.1 if teacher else None)
     agent.consistency_check_interval = 1
     agent.algorithm_name = algorithm
     if algorithm == "sac":  # small and quick: one warm-up iteration of random actions, then gradient steps
@@ -39,6 +40,10 @@ def build_runner(
         agent.sac.batch_size = 64
         agent.sac.random_steps = STEPS
         agent.sac.actor_hidden_dims = agent.sac.critic_hidden_dims = (32, 32)
+    if algorithm == "distillation":  # a GRU student, two truncated-backpropagation steps per update
+        agent.distillation.teacher, agent.distillation.gradient_reducer = teacher, reducer
+        agent.distillation.gradient_length = STEPS // 2
+        agent.actor.rnn, agent.actor.rnn_hidden_dim = "gru", 16
     agent.algorithm.gradient_reducer = reducer
     agent.algorithm.fast_update = fast
     if single_update:  # one full-batch gradient step: comparable with one process holding all the data
@@ -129,6 +134,29 @@ def averaged_update(plan, out_dir: str, reducer: str, fast: bool, sync: int = 1)
     saved["initial_critic"] = {k: v.clone() for k, v in runner.alg.critic.state_dict().items()}
     runner.alg.optimize()
     saved["final_actor"] = runner.alg.get_policy().state_dict()
+    saved["reducer"] = runner.reducer_name
+    torch.save(saved, pathlib.Path(out_dir) / f"rank{ctx.rank}.pt")
+    dist.barrier()
+    return {"rank": ctx.rank}
+
+
+DISTILLATION_FIELDS = ("observations", "privileged_actions", "dones")
+
+
+def distillation_update(plan, out_dir: str, teacher: str, reducer: str) -> dict:
+    """Each rank: a recurrent student's rollout (episodes end within it), its data and initial student saved, then
+    one distillation update averaged through `reducer`."""
+    ctx = start_worker(plan)
+    runner = build_runner(
+        NUM_ENVS, seed_for(0, ctx), ctx, reducer=reducer, algorithm="distillation", teacher=teacher
+    )
+    alg = runner.alg
+    alg.broadcast_parameters()
+    saved = {"initial": {k: v.clone() for k, v in alg.student.state_dict().items()}}
+    rollout(runner)
+    saved.update({name: getattr(alg.storage, name).clone() for name in DISTILLATION_FIELDS})
+    alg.update(runner.env.get_observations())
+    saved["final"] = alg.student.state_dict()
     saved["reducer"] = runner.reducer_name
     torch.save(saved, pathlib.Path(out_dir) / f"rank{ctx.rank}.pt")
     dist.barrier()

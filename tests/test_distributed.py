@@ -33,11 +33,21 @@ NORMALISER_REDUCERS = ["shared-memory", "all-reduce"]
 SAC_REDUCERS = ["all-reduce"]
 
 
+def _cartpole_teacher(path: pathlib.Path) -> pathlib.Path:
+    """An untrained PPO checkpoint of the small Cartpole: a teacher whose labels the student can be fitted to."""
+    import distributed_workers as w
+
+    torch.manual_seed(0)
+    w.build_runner(w.NUM_ENVS, seed=0).save(path, infos={"task": "Cartpole-Balance"})
+    return path
+
+
 @pytest.fixture(scope="module")
 def shared_launch(tmp_path_factory):
     """One 2-worker launch running, in turn, what the tests below check: 3 iterations averaged by the default
-    reducer and by none, the averaged-gradient step through every reducer, the normaliser through two reducers, one averaged update per reducer and path (rank
-    files under `out/<case>`), SAC's training and averaged step, shared-memory rounds, and last (it sets RANK and WORLD_SIZE to nonsense) a runner
+    reducer and by none, the averaged-gradient step through every reducer, the normaliser through two reducers, one
+    averaged update per reducer and path (rank files under `out/<case>`), SAC's training and averaged step, a
+    recurrent student's distillation update, shared-memory rounds, and last (it sets RANK and WORLD_SIZE to nonsense) a runner
     built from its context. Starting the workers once instead of for each check keeps the suite short."""
     import distributed_workers as w
 
@@ -55,6 +65,9 @@ def shared_launch(tmp_path_factory):
     for reducer in SAC_REDUCERS:
         (out / f"sac-{reducer}").mkdir()
         calls.append(("sac_averaged_update", (str(out / f"sac-{reducer}"), reducer)))
+    (out / "distillation").mkdir()
+    teacher = _cartpole_teacher(out / "teacher.pt")
+    calls.append(("distillation_update", (str(out / "distillation"), str(teacher), "all-reduce")))
     calls += [("shared_memory_rounds", (200,)), ("train_with_bogus_rank_variables", ())]
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("PYTHONPATH", f"{TESTS}:{':'.join(sys.path)}")
@@ -68,7 +81,7 @@ def shared_launch(tmp_path_factory):
         "steps": steps,
         "normaliser": normaliser,
         "out": out,
-        "sac": results[-3 - len(SAC_REDUCERS)],
+        "sac": results[-4 - len(SAC_REDUCERS)],
         "shared_memory_rounds": results[-2],
         "context_not_variables": results[-1],
     }
@@ -154,6 +167,32 @@ def test_averaged_update_equals_one_process_update_on_both_ranks_data(shared_lau
         torch.testing.assert_close(value, ranks[0]["final_actor"][key], atol=2e-5, rtol=1e-4)
     # And the update really moved the parameters.
     assert not torch.equal(ranks[0]["final_actor"]["mlp.0.weight"], ranks[0]["initial_actor"]["mlp.0.weight"])
+
+
+def test_a_two_worker_distillation_update_equals_one_process_holding_both_batches(shared_launch):
+    """A GRU student's update (two truncated-backpropagation steps over a rollout in which episodes end), its
+    gradients averaged across the ranks: what one process holding both ranks' rollouts computes."""
+    import distributed_workers as w
+    import tensordict  # noqa: F401 - registers its TensorDict (the rank files' observations) as safe to load
+
+    out = shared_launch["out"]
+    ranks = [torch.load(out / "distillation" / f"rank{r}.pt", weights_only=True) for r in (0, 1)]
+    assert [r["reducer"] for r in ranks] == ["all-reduce", "all-reduce"]
+    assert all(r["dones"].any() for r in ranks)  # hidden states are reset inside the replayed rollout
+    single = w.build_runner(
+        2 * w.NUM_ENVS, seed=0, algorithm="distillation", teacher=str(out / "teacher.pt")
+    ).alg
+    single.student.load_state_dict(ranks[0]["initial"])
+    for name in w.DISTILLATION_FIELDS:
+        getattr(single.storage, name).copy_(torch.cat([r[name] for r in ranks], dim=1))
+    single.storage.step = w.STEPS
+    single.update()
+    for key, value in single.student.state_dict().items():
+        torch.testing.assert_close(value, ranks[0]["final"][key], atol=2e-5, rtol=1e-4)
+        assert torch.equal(ranks[0]["final"][key], ranks[1]["final"][key])
+    assert not torch.equal(
+        ranks[0]["final"]["rnn.rnn.weight_hh_l0"], ranks[0]["initial"]["rnn.rnn.weight_hh_l0"]
+    )
 
 
 # SAC's own launch costs as much as PPO's (~1 min on 2 cores): slow, while its agreement is checked every iteration
