@@ -110,6 +110,8 @@ def test_recurrent_ppo_trains_resumes_plays_and_exports_with_its_state(tmp_path)
     assert "deterministic" in result.stdout and "ONNX matches torch" in result.stdout
     meta = json.loads((run_dir / "exported" / "policy.json").read_text())
     assert meta["state"]["inputs"] == ["h_in", "c_in"] and meta["state"]["shape"] == [1, "batch", 16]
+    # TorchScript alike: checked step by step at export, state in and out
+    assert meta["files"]["torchscript"] == "policy.pt" and meta["torchscript"]["max_abs_diff_vs_torch"] < 1e-5
     # examples/sim2sim.py carries the state in MuJoCo C: its first actions are play's, step by step
     from test_sim2sim import dumped_actions, first_actions
 
@@ -119,17 +121,27 @@ def test_recurrent_ppo_trains_resumes_plays_and_exports_with_its_state(tmp_path)
     np.testing.assert_allclose(got, expected, atol=1e-4, rtol=0)
 
 
-def test_the_recurrent_export_check_fails_for_a_graph_that_is_not_the_actor(tmp_path):
-    """The step-by-step check (state carried, reset at random episode ends) catches an export of other weights."""
-    from mjfleet.rl.export import _export_onnx
-    from mjfleet.rl.export_check import ExportError, check_recurrent_onnx, recurrent_state
+def test_the_recurrent_export_checks_fail_for_an_export_that_is_not_the_actor(tmp_path):
+    """The step-by-step checks (state carried, reset at random episode ends) catch an ONNX graph or a TorchScript
+    module of other weights."""
+    from mjfleet.rl.export import _export_onnx, _torchscript
+    from mjfleet.rl.export_check import (
+        ExportError,
+        check_recurrent_onnx,
+        check_recurrent_torchscript,
+        recurrent_state,
+    )
 
     actor = _recurrent_actor("lstm").eval()
     obs = TensorDict({"actor": torch.zeros(2, 3)}, batch_size=[2])
     path = tmp_path / "policy.onnx"
     _export_onnx(actor, path, recurrent_state(actor))
+    scripted = _torchscript(actor, recurrent=True)
     assert check_recurrent_onnx(path, actor, obs) < 1e-5
+    assert check_recurrent_torchscript(scripted, actor, obs) < 1e-5
     with torch.no_grad():
         actor.rnn.rnn.weight_hh_l0.mul_(1.5)  # the memory differs: only steps after the first can tell
     with pytest.raises(ExportError, match="recurrent ONNX"):
         check_recurrent_onnx(path, actor, obs)
+    with pytest.raises(ExportError, match="recurrent TorchScript"):
+        check_recurrent_torchscript(scripted, actor, obs)

@@ -5,6 +5,7 @@ observation groups in the order listed in policy.json, UNnormalised (the observa
 graph). It outputs `actions` (batch, num_actions): the deterministic (mean) action, before clipping and scaling.
 A recurrent actor's graph also takes its hidden state (`h_in`, and `c_in` for an LSTM; (layers, batch, hidden))
 and returns the next one (`h_out`, `c_out`); policy.json's `state` says how a deployment carries and resets it.
+policy.pt (TorchScript) is called alike: `policy(obs)`, or `policy(obs, h_in[, c_in])` -> (actions, h_out[, c_out]).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from mjfleet.rl.export_check import (
     actor_input_groups,
     check_onnx,
     check_recurrent_onnx,
+    check_recurrent_torchscript,
     check_torchscript,
     recurrent_state,
 )
@@ -221,13 +223,13 @@ def export_policy(
     written["onnx"] = onnx_path
 
     torchscript_diff = None
-    if torchscript and state is None:  # rsl_rl's scripted RNN keeps one robot's state inside: ONNX only
+    if torchscript:
         try:
-            module = actor.as_jit().to("cpu").eval()
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                scripted = torch.jit.script(module)
-            torchscript_diff = check_torchscript(scripted, actor, obs)
+            scripted = _torchscript(actor, state is not None)
+            if state is None:
+                torchscript_diff = check_torchscript(scripted, actor, obs)
+            else:
+                torchscript_diff = check_recurrent_torchscript(scripted, actor, obs)
             tmp_pt = out_dir / ".policy.tmp.pt"
             scripted.save(str(tmp_pt))
             os.replace(tmp_pt, out_dir / "policy.pt")
@@ -251,6 +253,28 @@ def export_policy(
     os.replace(tmp_json, json_path)
     written["metadata"] = json_path
     return written
+
+
+class _RecurrentStep(torch.nn.Module):
+    """A recurrent actor's step as its ONNX graph takes it: (obs, *state) -> (actions, *next state). rsl_rl's own
+    TorchScript model keeps one robot's state inside; this one serves a batch and leaves the state to its caller."""
+
+    def __init__(self, actor) -> None:
+        super().__init__()
+        self.step = actor.as_onnx(verbose=False).to("cpu").eval()
+
+    def forward(self, obs: torch.Tensor, *state: torch.Tensor):
+        return tuple(t for t in self.step(obs, *state) if t is not None)  # a GRU's step has no cell state
+
+
+def _torchscript(actor, recurrent: bool):
+    """The actor as TorchScript: scripted (feed-forward) or traced with its state in and out (recurrent)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if not recurrent:
+            return torch.jit.script(actor.as_jit().to("cpu").eval())
+        step = _RecurrentStep(actor)
+        return torch.jit.trace(step, step.step.get_dummy_inputs())
 
 
 def _export_onnx(actor, path: pathlib.Path, state: dict[str, Any] | None = None) -> None:

@@ -53,12 +53,26 @@ def _checked(kind: str, got, expected) -> float:
     return max_diff
 
 
-def check_recurrent_onnx(
-    path: str | os.PathLike, actor, obs: TensorDict, steps: int = 24, robots: int = 8
-) -> float:
-    """Max |onnx - torch| of a recurrent actor's deterministic actions over `steps` steps of `robots` robots, each
-    carrying its hidden state from step to step and zeroing it when its episode ends (at random steps), as a
-    deployment does; ExportError above tolerance. Needs onnxruntime (the `deploy` extra) or onnx's evaluator."""
+def check_recurrent_onnx(path: str | os.PathLike, actor, obs: TensorDict) -> float:
+    """`check_recurrent` of an ONNX graph. Needs onnxruntime (the `deploy` extra) or onnx's evaluator."""
+    return check_recurrent("recurrent ONNX", _onnx_runner(path), actor, obs)
+
+
+def check_recurrent_torchscript(scripted, actor, obs: TensorDict) -> float:
+    """`check_recurrent` of a TorchScript module called as the ONNX graph is: (obs, *state) -> (actions, *state)."""
+    inputs = ["obs", *recurrent_state(actor)["inputs"]]
+
+    def run(names, feeds):
+        with torch.inference_mode():
+            return [t.numpy() for t in scripted(*(torch.from_numpy(feeds[name]) for name in inputs))]
+
+    return check_recurrent("recurrent TorchScript", run, actor, obs)
+
+
+def check_recurrent(kind: str, run, actor, obs: TensorDict, steps: int = 24, robots: int = 8) -> float:
+    """Max |exported - torch| of a recurrent actor's deterministic actions over `steps` steps of `robots` robots,
+    each carrying its hidden state from step to step and zeroing it when its episode ends (at random steps), as a
+    deployment does; ExportError above tolerance. `run(output names, feeds)` runs the export's step."""
     import numpy as np
 
     x, batch = _random_observations(actor, obs, steps * robots, seed=0)
@@ -74,7 +88,6 @@ def check_recurrent_onnx(
                 actor.reset(ends[t].float().to(device))
     finally:
         actor.reset(hidden_state=kept)
-    run = _onnx_runner(path)
     state = recurrent_state(actor)
     carried = {
         name: np.zeros(state["shape"][:1] + [robots] + state["shape"][2:], np.float32)
@@ -87,7 +100,7 @@ def check_recurrent_onnx(
         got.append(actions)
         for name, value in zip(state["inputs"], states, strict=True):
             carried[name] = np.where(ends[t].numpy()[None, :, None], 0.0, value).astype(np.float32)
-    return _checked("recurrent ONNX", np.stack(got), np.stack(expected))
+    return _checked(kind, np.stack(got), np.stack(expected))
 
 
 def recurrent_state(actor) -> dict[str, Any] | None:
