@@ -371,3 +371,48 @@ def test_train_serves_the_training_view_on_loopback_while_it_trains(tmp_path):
     assert "Traceback" not in out, out
     with pytest.raises(OSError):  # the server went with the process
         socket.create_connection(("127.0.0.1", port), timeout=2).close()
+
+
+def test_the_browser_viewer_starts_a_recurrent_policys_memory_anew_on_reset_and_checkpoint_switch(tmp_path):
+    """The page's Reset restarts every episode and the policy's hidden state with them; a checkpoint chosen on the
+    page acts from a zero state. (The page's buttons only set these requests: the browser test clicks them.)"""
+    import copy
+
+    import torch
+    from rsl_rl.models import RNNModel
+
+    from mjfleet.evaluation import ActorPolicy
+    from mjfleet.runs.viser_viewer import BrowserViewer
+    from mjfleet.tasks import get_task
+
+    spec = get_task("Cartpole-Balance")
+    cfg = spec.env_config()
+    cfg.num_envs = 2
+    env = spec.make_env(cfg)
+    obs = env.get_observations()
+    torch.manual_seed(0)
+    actor = RNNModel(obs, {"actor": ["actor"]}, "actor", env.num_actions, hidden_dims=[8], rnn_type="gru",
+                     rnn_hidden_dim=8).eval()  # fmt: skip
+    other = copy.deepcopy(actor)
+    viewer = BrowserViewer(env, ActorPolicy(actor), envs=2, speed=100.0, port=free_port(),
+                           checkpoints={"model_1.pt": tmp_path / "model_1.pt"},
+                           load_policy=lambda path: ActorPolicy(other))  # fmt: skip
+    try:
+        with torch.inference_mode():
+            for _ in range(3):
+                obs, *_ = env.step(viewer(obs))
+            assert actor.get_hidden_state().abs().sum() > 0
+            viewer._request("reset", True)
+            viewer.show()
+            assert int(env.episode_length_buf.max()) == 0
+            assert actor.get_hidden_state() is None  # zeros at the next step, as at the start
+
+            for _ in range(3):
+                obs, *_ = env.step(viewer(obs))
+            viewer._request("checkpoint", "model_1.pt")
+            viewer.show()
+            assert viewer.policy.actor is other
+            fresh = copy.deepcopy(other)
+            torch.testing.assert_close(viewer(obs), fresh(obs), rtol=0, atol=0)  # from a zero state
+    finally:
+        viewer.close()

@@ -160,6 +160,7 @@ class BrowserViewer:
             self._switch_policy(requests["checkpoint"])
         if requests.get("reset"):
             self.env.reset()
+            self.reset()  # every episode starts anew: so does a recurrent policy's memory
             self._previous_sums = None
             print("viewer: reset every environment", flush=True)
             self._draw()
