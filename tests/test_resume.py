@@ -144,14 +144,38 @@ def test_resume_rebuilds_the_checkpoints_networks_when_the_defaults_differ(tmp_p
     assert state["rsl_rl_cfg"]["critic"]["hidden_dims"] == [12]
 
 
+def _optimizer_steps(state: dict) -> set[float]:
+    return {float(s["step"]) for s in state["optimizer_state_dict"]["state"].values()}
+
+
+def test_resume_with_another_num_envs_continues_and_counts_the_new_batch(tmp_path, monkeypatch):
+    """Twice the environments on resume: the numbering and the optimiser state carry on, and the env-step count
+    adds the batch each iteration really ran (in this process: `train`'s one-worker path)."""
+    from mjfleet.cli.train import main
+
+    monkeypatch.chdir(tmp_path)
+    flags = ["Cartpole-Balance", "--gpu-ids", "None", "--agent.num-steps-per-env", "8", "--logger", "none"]
+    main([*flags, "--num-envs", "16", "--max-iterations", "2"])
+    main([*flags, "--num-envs", "32", "--max-iterations", "3", "--resume"])
+    first, second = sorted((tmp_path / "logs" / EXPERIMENT).iterdir())
+    before, after = read_checkpoint(first / "model_2.pt"), read_checkpoint(second / "model_3.pt")
+    assert iterations_in(second) == [2]
+    assert before["env_steps"] == 2 * 16 * 8 and after["env_steps"] == before["env_steps"] + 32 * 8
+    assert _optimizer_steps(after) == {3 * OPTIMIZER_STEPS_PER_ITERATION}
+
+
 @pytest.mark.slow
-def test_resume_with_two_cpu_workers_continues_from_the_checkpoint(tmp_path):
-    base = ["--gpu-ids", "None", "--cpu-workers", "2", *SMALL, "--save-interval", "2"]
+def test_resume_with_two_cpu_workers_continues_a_one_worker_checkpoint(tmp_path):
+    """From 1 worker to 2 on resume: the numbering and optimiser state carry on, each iteration now counting both
+    workers' environments."""
+    base = ["--gpu-ids", "None", *SMALL, "--save-interval", "2"]
     run_cli("train", "Cartpole-Balance", *base, "--max-iterations", "2", cwd=tmp_path, check=True)
-    run_cli("train", "Cartpole-Balance", *base, "--max-iterations", "4", "--resume", cwd=tmp_path, check=True)
+    two = [*base, "--cpu-workers", "2", "--max-iterations", "4", "--resume"]
+    result = run_cli("train", "Cartpole-Balance", *two, cwd=tmp_path, check=True)
+    assert "2 workers" in result.stdout or "world size 2" in result.stdout, result.stdout
     old, new = sorted((tmp_path / "logs" / EXPERIMENT).iterdir())
     assert iterations_in(new) == [2, 3]
-    state = read_checkpoint(new / "model_4.pt")
-    assert {float(s["step"]) for s in state["optimizer_state_dict"]["state"].values()} == {
-        4 * OPTIMIZER_STEPS_PER_ITERATION
-    }
+    before, state = read_checkpoint(old / "model_2.pt"), read_checkpoint(new / "model_4.pt")
+    assert state["infos"]["world_size"] == 2
+    assert state["env_steps"] == before["env_steps"] + 2 * (2 * 32 * 8)
+    assert _optimizer_steps(state) == {4 * OPTIMIZER_STEPS_PER_ITERATION}
