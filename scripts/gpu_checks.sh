@@ -10,6 +10,7 @@
 #   bash scripts/gpu_checks.sh humanoid-bench   # Humanoid-Flat at 4,096 envs and where throughput saturates
 #   bash scripts/gpu_checks.sh humanoid-learn   # Humanoid-Flat: minutes to 0.5 m/s forward, error <= 0.15, <= 5% falls
 #   bash scripts/gpu_checks.sh sac-bench  # Quadruped-Flat 4,096 envs: SAC with and without the recorded step, PPO
+#   bash scripts/gpu_checks.sh recurrent-bench  # Quadruped-Flat 4,096 envs on the deployable set: GRU and MLP, twice
 #   bash scripts/gpu_checks.sh sac-learn  # Quadruped-Flat: PPO, SAC and SAC with GPU-sized batches, 2.2 min each,
 #                                         # side by side on the one GPU, evaluated by play (scripts/ppo_vs_sac.py)
 #   bash scripts/gpu_checks.sh sac-sweep  # Quadruped-Flat: PPO and two SAC recipes at the published FastSAC scale
@@ -68,6 +69,17 @@ for stage in "$@"; do
             --json "$out/quadruped_flat_4096_ppo.json" 2>&1 | tail -12
         status=$((status | PIPESTATUS[0]))
         ;;
+    recurrent-bench)
+        # A recurrent actor's env-steps/s beside the MLP's on the same observations, alternating (issue 45).
+        for round in 1 2; do
+            for actor in gru none; do
+                python3 -m mjfleet.cli.bench Quadruped-Velocity-Flat --num-envs 4096 --iterations 10 \
+                    --agent.actor.obs-groups policy --agent.actor.rnn "$actor" \
+                    --json "$out/quadruped_flat_4096_rnn_${actor}_${round}.json" 2>&1 | tail -12
+                status=$((status | PIPESTATUS[0]))
+            done
+        done
+        ;;
     sac-learn)
         # Three runs at once: each has the GPU a third of the time, alike, so the comparison is at equal wall
         # clock; the absolute figures are not those of a run alone.
@@ -106,7 +118,7 @@ for stage in "$@"; do
         ;;
     *)
         echo "gpu_checks.sh: unknown stage '$stage' (tests, bench, learn, humanoid-bench, humanoid-learn," \
-            "sac-bench, sac-learn, sac-sweep)" >&2
+            "sac-bench, recurrent-bench, sac-learn, sac-sweep)" >&2
         exit 2
         ;;
     esac
