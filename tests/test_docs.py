@@ -495,23 +495,13 @@ def export_listings_without_the_model(text: str) -> list[str]:
     return [block.strip().splitlines()[0] for block in listings if MJCF_FILE not in block]
 
 
-EXPORT_LISTING_DOCS = [
-    pytest.param(
-        path, marks=pytest.mark.xfail(strict=True, reason="its run-directory listing omits model.xml")
-    )
-    if path.name == "runs.md"
-    else path
-    for path in FIGURE_DOCS
-]
-
-
 def test_an_export_listing_without_the_model_is_caught():
     listing = "exported/\n  policy.onnx policy.pt policy.json"
     assert export_listings_without_the_model(listing) == ["exported/"]
     assert export_listings_without_the_model("policy.onnx, policy.pt, policy.json and model.xml") == []
 
 
-@pytest.mark.parametrize("path", EXPORT_LISTING_DOCS, ids=[p.name for p in FIGURE_DOCS])
+@pytest.mark.parametrize("path", FIGURE_DOCS, ids=[p.name for p in FIGURE_DOCS])
 def test_a_page_that_lists_the_exported_files_lists_them_all(path):
     missing = export_listings_without_the_model(path.read_text())
     assert missing == [], f"{path.name}: the export folder listed without model.xml: {missing}"

@@ -82,7 +82,7 @@ class PlayFlags:
     speed: float = 1.0
     """Viewer pace: simulated time runs at this multiple of real time (as fast as possible when it cannot)."""
     export: bool = False
-    """Export the policy to <run_dir>/exported/policy.onnx (+ policy.pt, policy.json), checked against torch."""
+    """Export the policy to <run_dir>/exported/policy.onnx (+ policy.pt, policy.json, model.xml), checked against torch."""
     baselines: bool = False
     """Also evaluate zero and random actions with the same seed, env settings and commands; print one table
     (trained / zero / random) and add them to eval.json under "baselines"."""

@@ -105,7 +105,7 @@ class TrainFlags:
     """Also keep, forever, a checkpoint at every multiple of K iterations (saved even between --save-interval
     saves; 0: no such milestones)."""
     export_on_save: bool = False
-    """Export the policy to <run_dir>/exported/policy.onnx (+ policy.pt, policy.json) at every save."""
+    """Export the policy to <run_dir>/exported/policy.onnx (+ policy.pt, policy.json, model.xml) at every save."""
     logger: Literal["tensorboard", "wandb", "none"] | None = None
     """Dashboard besides metrics.jsonl (alias of --agent.logger). wandb needs `uv sync --extra wandb`; offline:
     WANDB_MODE=offline."""
