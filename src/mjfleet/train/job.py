@@ -197,8 +197,9 @@ def _adopt_network_shapes(agent: AgentConfig, state: dict[str, Any], path: pathl
         for field, value in found.items():
             value = tuple(value) if isinstance(value, list) else value
             if value is not None and value != getattr(policy, field):
+                label = "layers" if field == "hidden_dims" else field
                 print(
-                    f"note: {path.name} has {name} {field} {value}; resuming with that, not {getattr(policy, field)}"
+                    f"note: {path.name} has {name} {label} {value}; resuming with those, not {getattr(policy, field)}"
                 )
                 setattr(policy, field, value)
     if agent.algorithm_name == "distillation":  # the student reads the groups it was trained on
