@@ -13,7 +13,6 @@ launcher) and workers die with the agent, so no process outlives a run.
 
 from __future__ import annotations
 
-import ctypes
 import json
 import logging
 import os
@@ -25,18 +24,9 @@ import time
 
 import psutil
 
-MASTER_ENV = "MJFLEET_MASTER_ADDR"
-"""The address rank 0's store binds and every worker connects to (the launcher's choice, not a host name)."""
+from mjfleet.launch.workerentry import die_with_parent, worker_entrypoint
+
 UNREACHABLE_EXIT = 3
-_PR_SET_PDEATHSIG = 1
-
-
-def die_with_parent(sig: int = signal.SIGKILL) -> None:
-    """Ask Linux to send `sig` to this process when its parent ends (no-op elsewhere)."""
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, sig)
-    except (OSError, AttributeError):
-        pass
 
 
 def main() -> None:
@@ -64,7 +54,6 @@ def main() -> None:
 
     from mjfleet.launch.group import SignedGroup
     from mjfleet.launch.logserver import send_logs_to
-    from mjfleet.launch.workerentry import worker_entrypoint
 
     token = os.environ["MJFLEET_RUN_TOKEN"]
     agent.log_records_to_socket = lambda hostname, local_rank, logger_hostname, logger_port: send_logs_to(

@@ -38,10 +38,10 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from mjfleet.errors import UsageError, first_line
-from mjfleet.launch.agent import MASTER_ENV
 from mjfleet.launch.devices import WorkerPlan
 from mjfleet.launch.relay import SignalRelay
 from mjfleet.launch.worker import PREFIXED_ATTR, log_level_from_env, worker_main
+from mjfleet.launch.workerentry import MASTER_ENV
 
 R = TypeVar("R")
 

@@ -87,7 +87,6 @@ class SignalRelay:
         return self._signals.first
 
     def __enter__(self) -> SignalRelay:
-        global _active_relay
         self.tree = ProcessTree()
         if threading.current_thread() is not threading.main_thread():
             return self  # signals can only be handled on the main thread; still reap on exit
@@ -95,13 +94,11 @@ class SignalRelay:
         os.set_blocking(self._w, False)
         self._old_wakeup = signal.set_wakeup_fd(self._w, warn_on_full_buffer=False)
         self._old_handlers = {sig: signal.signal(sig, _wake_only) for sig in RELAYED}
-        _active_relay = self
         self._thread = threading.Thread(target=self._watch, name="mjfleet-signal-relay", daemon=True)
         self._thread.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        global _active_relay
         self._reap()
         self._reaped.set()
         if self._thread is None:
@@ -109,7 +106,6 @@ class SignalRelay:
         for sig, handler in self._old_handlers.items():
             signal.signal(sig, handler)
         signal.set_wakeup_fd(self._old_wakeup)
-        _active_relay = None
         self._stop.set()
         os.write(self._w, b"\0")  # wake the watcher
         self._thread.join(timeout=5)
@@ -171,28 +167,8 @@ class SignalRelay:
         os._exit(128 + signum)
 
 
-_active_relay: SignalRelay | None = None
-
-
 def _wake_only(signum: int, frame: object) -> None:
     """Installed so the C-level handler writes to the wakeup fd; the relay's thread does the work."""
-
-
-def _after_fork_in_child() -> None:
-    # torchrunx forks its log server from this process. It must not write to our wakeup pipe, and it should keep
-    # forwarding worker logs until the launcher stops it, so it ignores the signals we relay.
-    global _active_relay
-    if _active_relay is not None:
-        _active_relay = None
-        try:
-            signal.set_wakeup_fd(-1)
-            for sig in RELAYED:
-                signal.signal(sig, signal.SIG_IGN)
-        except ValueError:  # forked from a thread other than the main one: nothing was inherited to undo
-            pass
-
-
-os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _say(message: str) -> None:

@@ -7,19 +7,31 @@ choice rather than the first agent's host name, and the worker dies with its age
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import os
 import signal
 import sys
 import traceback
 
-from torchrunx.utils.errors import ExceptionFromWorker
-from torchrunx.utils.log_streaming import redirect_stdio_to_logger
-from torchrunx.worker import WorkerArgs
+MASTER_ENV = "MJFLEET_MASTER_ADDR"
+"""The address rank 0's store binds and every worker connects to (the launcher's choice, not a host name)."""
+_PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent(sig: int = signal.SIGKILL) -> None:
+    """Ask Linux to send `sig` to this process when its parent ends (no-op elsewhere)."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, sig)
+    except (OSError, AttributeError):
+        pass
 
 
 def worker_entrypoint(serialized_worker_args: bytes) -> object:
-    from mjfleet.launch.agent import MASTER_ENV, die_with_parent
+    from torchrunx.utils.errors import ExceptionFromWorker
+    from torchrunx.utils.log_streaming import redirect_stdio_to_logger
+    from torchrunx.worker import WorkerArgs
+
     from mjfleet.launch.group import TOKEN_ENV, store
     from mjfleet.launch.logserver import send_logs_to
 
