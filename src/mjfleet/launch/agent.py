@@ -1,8 +1,10 @@
 """mjfleet's torchrunx agent: ``python -m mjfleet.launch.agent`` on every host, one per run.
 
-It runs torchrunx's own agent (torchrunx.agent.main) with three pieces swapped for ones that hold the trust model
-(docs/distributed.md, "Network and trust"): logs go to the launcher as JSON after the run token (logserver.py),
-the launcher-agent group is signed and bound (group.py), and workers bind their store to the master address only.
+It does what torchrunx's agent does (trade payloads with the launcher, spawn this host's workers through torch
+elastic, report their status every round; the protocol's classes come through launch/seam.py) with three pieces
+that hold the trust model (docs/distributed.md, "Network and trust"): logs go to the launcher as JSON after the
+run token (logserver.py), the launcher-agent group is signed and bound (group.py), and workers bind their store
+to the master address only (workerentry.py).
 
 Everything it needs arrives as one JSON line on stdin, secrets included, so nothing private is on a command line.
 Stdin then stays open as the launcher's line to this agent: "signal N" forwards signal N to this host's workers
@@ -19,12 +21,17 @@ import os
 import signal
 import socket
 import sys
+import tempfile
 import threading
 import time
+from typing import TYPE_CHECKING
 
 import psutil
 
 from mjfleet.launch.workerentry import die_with_parent, worker_entrypoint
+
+if TYPE_CHECKING:
+    from mjfleet.launch.group import SignedGroup
 
 UNREACHABLE_EXIT = 3
 
@@ -50,27 +57,76 @@ def main() -> None:
     _bind_collectives_to_the_route_to(address)
     threading.Thread(target=_follow_launcher, name="mjfleet-agent-stdin", daemon=True).start()
 
-    import torchrunx.agent as agent
-
-    from mjfleet.launch.group import SignedGroup
+    from mjfleet.launch.group import TOKEN_ENV, SignedGroup
     from mjfleet.launch.logserver import send_logs_to
+    from mjfleet.launch.seam import redirect_stdio_to_logger
 
-    token = os.environ["MJFLEET_RUN_TOKEN"]
-    agent.log_records_to_socket = lambda hostname, local_rank, logger_hostname, logger_port: send_logs_to(
-        hostname, local_rank, logger_hostname, logger_port, token
-    )
-    agent.LauncherAgentGroup = SignedGroup
-    agent.worker_entrypoint = worker_entrypoint
-    agent.main(
+    send_logs_to(spec["hostname"], None, address, spec["logger_port"], os.environ[TOKEN_ENV])
+    redirect_stdio_to_logger(logging.getLogger())
+    group = SignedGroup(
         launcher_hostname=address,
         launcher_port=port,
         world_size=spec["world_size"],
         rank=spec["rank"],
-        logger_hostname=address,
-        logger_port=spec["logger_port"],
-        hostname=spec["hostname"],
         agent_timeout=spec["agent_timeout"],
     )
+    run_workers_here(group, address, spec["logger_port"])
+
+
+def run_workers_here(group: SignedGroup, logger_address: str, logger_port: int) -> None:
+    """torchrunx's agent protocol: trade payloads with the launcher, spawn this host's workers through torch
+    elastic, then report their status every round until every host is done or one has failed."""
+    from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, start_processes
+
+    from mjfleet.launch.seam import AgentPayload, AgentStatus, WorkerArgs, get_open_port
+
+    logger = logging.getLogger()
+    me = group.rank - 1
+    here = AgentPayload(hostname=socket.getfqdn(), port=get_open_port(), process_id=os.getpid())
+    launch, agents = group.sync_payloads(payload=here)
+    ranks = launch.worker_global_ranks[me]
+    hostname = launch.hostnames[me]
+    worker_args = {
+        local_rank: WorkerArgs(
+            function=launch.fn,
+            logger_hostname=logger_address,
+            logger_port=logger_port,
+            master_hostname=agents[0].hostname,
+            master_port=agents[0].port,
+            backend=launch.backend,
+            rank=rank,
+            local_rank=local_rank,
+            node_rank=me,
+            local_world_size=len(ranks),
+            world_size=launch.worker_world_size,
+            hostname=hostname,
+            timeout=launch.worker_timeout,
+        )
+        for local_rank, rank in enumerate(ranks)
+    }
+    logger.info(f"Starting {len(ranks)} worker processes.")
+    workers = start_processes(
+        name=f"{hostname}_",
+        entrypoint=worker_entrypoint,
+        args={i: (a.serialize(),) for i, a in worker_args.items()},
+        envs={i: {} for i in worker_args},  # the agent's environment is copied to its workers as it is
+        logs_specs=DefaultLogsSpecs(log_dir=tempfile.mkdtemp()),  # output goes to the launcher's log server
+    )
+    try:
+        status = None
+        while True:
+            if status is None or status.state == "running":
+                status = AgentStatus.from_result(result=workers.wait(5))
+            statuses = group.sync_agent_statuses(status=status)  # raises AgentFailedError when a peer is gone
+            failed = any(s.state == "failed" for s in statuses)
+            if failed or all(s.state == "done" for s in statuses):
+                logger.info(f"Workers exited {'with' if failed else 'without'} errors.")
+                break
+    finally:
+        workers.close()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        group.shutdown()
 
 
 def _bind_collectives_to_the_route_to(address: str) -> None:

@@ -158,10 +158,9 @@ def run_agents(
     Raises torchrunx's WorkerFailedError/ExceptionFromWorker contents as a ``(agent, error)`` FleetFailure, or
     AgentEnded naming the host whose agent went away.
     """
-    from torchrunx.utils.comm import AgentStatus
-
     from mjfleet.launch.group import TOKEN_ENV, SignedGroup, listening_socket
     from mjfleet.launch.logserver import LogServer
+    from mjfleet.launch.seam import AgentStatus
 
     token = secrets.token_hex(32)
     logs = LogServer(address, token, handlers)
@@ -180,13 +179,13 @@ def run_agents(
         ):
             try:
                 group = SignedGroup(
-                    address,
-                    port,
-                    len(hosts) + 1,
-                    0,
-                    agent_timeout,
-                    listener.fileno(),
-                    lambda: check_agents(agents),
+                    launcher_hostname=address,
+                    launcher_port=port,
+                    world_size=len(hosts) + 1,
+                    rank=0,
+                    agent_timeout=agent_timeout,
+                    listen_fd=listener.fileno(),
+                    check_agents=lambda: check_agents(agents),
                 )
             finally:
                 listener.detach()
@@ -212,7 +211,7 @@ def run_agents(
 def _failures(agents: list[Agent], statuses: list) -> list[tuple[Agent, int | None, Any]]:
     """(agent, global rank or None, error) of every failed worker. torchrunx lists a host's return values by
     local rank only when all of its workers have ended; otherwise only the failures, whose ranks it drops."""
-    from torchrunx.utils.errors import ExceptionFromWorker, WorkerFailedError
+    from mjfleet.launch.seam import ExceptionFromWorker, WorkerFailedError
 
     failures = []
     for agent, status in zip(agents, statuses, strict=True):
@@ -225,7 +224,7 @@ def _failures(agents: list[Agent], statuses: list) -> list[tuple[Agent, int | No
 
 def _naming_the_host(agents: list[Agent], exchange: Callable[[], Any]) -> Any:
     """Run one launcher-agent exchange; when it breaks because an agent ended, raise AgentEnded naming its host."""
-    from torchrunx.utils.errors import AgentFailedError
+    from mjfleet.launch.seam import AgentFailedError
 
     try:
         return exchange()

@@ -21,8 +21,8 @@ from typing import Any
 import cloudpickle
 import torch
 import torch.distributed as dist
-from torchrunx.utils.comm import LauncherAgentGroup
-from torchrunx.utils.errors import AgentFailedError
+
+from mjfleet.launch.seam import AgentFailedError, LauncherAgentGroup
 
 TOKEN_ENV = "MJFLEET_RUN_TOKEN"
 READY_KEY = "mjfleet/agent-ready/{}"

@@ -137,7 +137,7 @@ def resolve_host_names(hosts: list[str] | None) -> tuple[str, ...]:
 
 def _slurm_hosts() -> tuple[str, ...]:
     """The allocation's node names, found the way torchrunx does (`scontrol show hostnames`)."""
-    from torchrunx.utils.environment import in_slurm_job, slurm_hosts
+    from mjfleet.launch.seam import in_slurm_job, slurm_hosts
 
     if not in_slurm_job():
         raise UsageError(

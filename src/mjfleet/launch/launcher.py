@@ -154,11 +154,10 @@ def _run_with_torchrunx(
 ) -> R:
     import cloudpickle
     import torch.distributed as dist
-    from torchrunx.utils.comm import LauncherPayload
-    from torchrunx.utils.errors import AgentFailedError
 
     from mjfleet.launch.fleet import AgentEnded, FleetFailure, run_agents
     from mjfleet.launch.hosts import rendezvous_address, resolve_hosts
+    from mjfleet.launch.seam import AgentFailedError, LauncherPayload
 
     try:
         file_level = log_level_from_env()
@@ -217,7 +216,7 @@ def _run_with_torchrunx(
 
 
 def _copied_patterns() -> tuple[str, ...]:
-    from torchrunx import DEFAULT_ENV_VARS_FOR_COPY
+    from mjfleet.launch.seam import DEFAULT_ENV_VARS_FOR_COPY
 
     return DEFAULT_ENV_VARS_FOR_COPY + WORKER_ENV_PATTERNS
 

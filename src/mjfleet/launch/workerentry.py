@@ -28,12 +28,9 @@ def die_with_parent(sig: int = signal.SIGKILL) -> None:
 
 
 def worker_entrypoint(serialized_worker_args: bytes) -> object:
-    from torchrunx.utils.errors import ExceptionFromWorker
-    from torchrunx.utils.log_streaming import redirect_stdio_to_logger
-    from torchrunx.worker import WorkerArgs
-
     from mjfleet.launch.group import TOKEN_ENV, store
     from mjfleet.launch.logserver import send_logs_to
+    from mjfleet.launch.seam import ExceptionFromWorker, WorkerArgs, redirect_stdio_to_logger
 
     die_with_parent()
     signal.signal(signal.SIGINT, signal.default_int_handler)  # the agent ignores it; a worker must not
