@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import torch
 import torch.distributed as dist
 import warp as wp
-from small_cartpole import cartpole_configs
+from small_cartpole import cartpole_configs, rollout
 
 from mjfleet.launch.worker import WorkerContext, seed_for, start_worker
 from mjfleet.rl import FleetRunner
@@ -98,19 +98,6 @@ def train_and_compare(plan, reducer: str) -> dict:
         "env_data_identical": all(torch.equal(o, all_obs[0]) for o in all_obs),
         "seeds": [int(s) for s in _gather(torch.tensor([seed_for(0, ctx)]))],
     }
-
-
-def rollout(runner: FleetRunner, returns: bool = False) -> None:
-    """One rollout into the runner's storage, exactly as FleetRunner.learn collects it; with `returns`, PPO's
-    returns computed from it as its update begins."""
-    obs = runner.env.get_observations()
-    with torch.inference_mode():
-        for _ in range(STEPS):
-            actions = runner.alg.act(obs)
-            obs, rewards, dones, extras = runner.env.step(actions)
-            runner.alg.process_env_step(obs, rewards, dones, extras)
-        if returns:
-            runner.alg.compute_returns(obs)
 
 
 STORAGE_FIELDS = ("actions", "rewards", "dones", "values", "actions_log_prob", "returns", "advantages")

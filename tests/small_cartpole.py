@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import torch
+
 from mjfleet.tasks import get_task
 
 
@@ -18,3 +20,17 @@ def cartpole_configs(num_envs: int = 16, steps: int = 8, episode_length_s: float
     agent.num_steps_per_env = steps
     agent.logger = "none"
     return spec, env_cfg, agent
+
+
+def rollout(runner, returns: bool = False):
+    """One rollout of the runner's `num_steps_per_env` steps into its storage, exactly as FleetRunner.learn
+    collects it; with `returns`, the algorithm's returns computed from it as its update begins. Returns the last
+    observations."""
+    obs = runner.env.get_observations()
+    with torch.inference_mode():
+        for _ in range(runner.agent_cfg.num_steps_per_env):
+            obs, rewards, dones, extras = runner.env.step(runner.alg.act(obs))
+            runner.alg.process_env_step(obs, rewards, dones, extras)
+        if returns:
+            runner.alg.compute_returns(obs)
+    return obs

@@ -27,11 +27,17 @@ def run_main(command: str, *args: str, capsys) -> tuple[int, str, str]:
     return code, out, err
 
 
-def test_tasks_lists_every_task_with_a_description(capsys):
+def test_tasks_lists_every_task_with_a_description_and_its_cpu_defaults(capsys):
+    from mjfleet.tasks import get_task
+
     code, out, _ = run_main("tasks", capsys=capsys)
     assert code == 0
     assert "Cartpole-Balance" in out and "Cartpole-Swingup" in out
     assert "pole" in out
+    quadruped = get_task("Quadruped-Velocity-Flat")
+    (line,) = [line for line in out.splitlines() if line.startswith("Quadruped-Velocity-Flat ")]
+    assert f"envs: {quadruped.num_envs_cpu} CPU / {quadruped.num_envs_gpu} GPU" in line
+    assert f"CPU workers: {quadruped.cpu_workers}]" in line
 
 
 def test_train_help_lists_the_tasks(capsys):

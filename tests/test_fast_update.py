@@ -2,7 +2,7 @@
 
 import pytest
 import torch
-from small_cartpole import cartpole_configs
+from small_cartpole import cartpole_configs, rollout
 
 from mjfleet.rl import FleetRunner
 from mjfleet.rl.fast import FastUpdate
@@ -21,12 +21,8 @@ def _rollout_runner(activation="elu", std_type="scalar", obs_normalization=False
         setattr(agent.algorithm, key, value)
     torch.manual_seed(3)
     runner = FleetRunner(spec.make_env(env_cfg), agent, None, "cpu")
-    alg, obs = runner.alg, runner.env.get_observations()
-    with torch.inference_mode():
-        for _ in range(agent.num_steps_per_env):
-            obs, rewards, dones, extras = runner.env.step(alg.act(obs))
-            alg.process_env_step(obs, rewards, dones, extras)
-        alg.compute_returns(obs)
+    alg = runner.alg
+    rollout(runner, returns=True)
     if obs_normalization:  # non-trivial statistics, as after some training
         flat = alg.storage.observations.flatten(0, 1)
         alg.actor.update_normalization(flat)

@@ -123,6 +123,8 @@ def test_export_writes_an_onnx_policy_that_matches_torch(played):
     assert (exported / "policy.pt").is_file()
     assert meta["torchscript"]["max_abs_diff_vs_torch"] <= 1e-5
     assert "ONNX matches torch" in out
+    assert "(policy.onnx, policy.pt, policy.json, model.xml; " in out  # the folder deploys on its own
+    assert (exported / "model.xml").is_file()
     # How an action becomes a control, with the actuator's limits MuJoCo applies (the cart's motor: -1..1)
     assert meta["actions"]["ctrlrange"] == [[-1.0, 1.0]]
     assert meta["actions"]["control"].startswith("ctrl = clip(action_scale * clip(action")

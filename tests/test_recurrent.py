@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 from helpers import CARTPOLE_EXPERIMENT, run_cli
-from small_cartpole import cartpole_configs
+from small_cartpole import cartpole_configs, rollout
 from tensordict import TensorDict
 
 from mjfleet.evaluation import ActorPolicy
@@ -60,12 +60,8 @@ def test_recurrent_minibatches_replay_the_rollouts_log_probabilities():
     agent.algorithm.num_mini_batches = 2
     torch.manual_seed(0)
     runner = FleetRunner(spec.make_env(env_cfg), agent, None, "cpu")
-    alg, obs = runner.alg, runner.env.get_observations()
-    with torch.inference_mode():
-        for _ in range(agent.num_steps_per_env):
-            obs, rewards, dones, extras = runner.env.step(alg.act(obs))
-            alg.process_env_step(obs, rewards, dones, extras)
-        alg.compute_returns(obs)
+    alg = runner.alg
+    rollout(runner, returns=True)
     assert alg.storage.dones.any()  # some trajectories start inside the rollout
     assert alg.recurrent and alg.engine is None
     compared = 0

@@ -29,8 +29,8 @@ def main(argv: list[str] | None = None) -> None:
         spec = get_task(name)
         source = f" [plug-in: {sources[name]}]" if name in sources else ""
         print(
-            f"{name:<{width}}  {spec.description}  [envs: {spec.num_envs_cpu} CPU / {spec.num_envs_gpu} GPU]"
-            f"{source}"
+            f"{name:<{width}}  {spec.description}  [envs: {spec.num_envs_cpu} CPU / {spec.num_envs_gpu} GPU; "
+            f"CPU workers: {spec.cpu_workers}]{source}"
         )
 
 

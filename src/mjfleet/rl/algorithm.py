@@ -153,10 +153,13 @@ def check_trained_with(state: dict[str, Any], name: str, source: object = "the c
         )
 
 
-def load_checkpoint_state(alg: Algorithm, state: dict[str, Any], strict: bool = True) -> None:
-    """Restore `alg` from a checkpoint of its own algorithm, or take over the actor of one it starts from."""
+def load_checkpoint_state(
+    alg: Algorithm, state: dict[str, Any], strict: bool = True, source: object = "the checkpoint"
+) -> None:
+    """Restore `alg` from a checkpoint of its own algorithm, or take over the actor of one it starts from; any
+    other is a UsageError naming `source`."""
     algorithm = trained_with(state)
-    check_trained_with(state, alg.name)
+    check_trained_with(state, alg.name, source)
     if algorithm == alg.name:
         alg.load_state_dict(state, strict)
     else:

@@ -15,7 +15,7 @@ import torch
 from mjfleet.launch.worker import WorkerContext
 from mjfleet.rl import checkpoint
 from mjfleet.rl.agreement import agreed_stop, check_consistency
-from mjfleet.rl.algorithm import Algorithm, build_algorithm, check_trained_with, load_checkpoint_state
+from mjfleet.rl.algorithm import Algorithm, build_algorithm, load_checkpoint_state
 from mjfleet.rl.config import AgentConfig
 from mjfleet.rl.episode_stats import EpisodeStats
 from mjfleet.rl.stop import StopRequest
@@ -313,8 +313,7 @@ class FleetRunner:
         checkpoint has one for it; returns its `infos`. A checkpoint of another algorithm is a UsageError, unless
         this one starts from it (`AlgorithmEntry.starts_from`: PPO from a distilled student)."""
         state = checkpoint.read(path, map_location or self.device)
-        check_trained_with(state, self.alg.name, path)
-        load_checkpoint_state(self.alg, state, strict)
+        load_checkpoint_state(self.alg, state, strict, source=path)
         self.current_learning_iteration = state["iter"]
         self.env_steps = state.get("env_steps", 0)
         self.saved_iteration = self.current_learning_iteration
