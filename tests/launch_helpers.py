@@ -4,6 +4,7 @@ on PYTHONPATH (the tests put this directory there) rather than inside a test fil
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -48,6 +49,16 @@ def fail_on_rank(plan: WorkerPlan, bad_rank: int) -> str:
     setup_worker(ctx, plan)
     if ctx.rank == bad_rank:
         raise ValueError(f"boom on purpose in rank {ctx.rank}")
+    dist.all_reduce(torch.ones(1))
+    return "unreachable"
+
+
+def killed_on_rank(plan: WorkerPlan, bad_rank: int) -> str:
+    """`bad_rank` is killed by SIGKILL (no Python error, no error file); the others block in a collective."""
+    ctx = WorkerContext.from_env(plan)
+    setup_worker(ctx, plan)
+    if ctx.rank == bad_rank:
+        os.kill(os.getpid(), signal.SIGKILL)
     dist.all_reduce(torch.ones(1))
     return "unreachable"
 

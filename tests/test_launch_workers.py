@@ -139,14 +139,26 @@ def test_two_cpu_workers_all_reduce_over_gloo_and_return_rank_0s_result(workers_
     assert result["threads"] == plan.threads_per_worker
 
 
-def test_failing_worker_fails_the_run_fast_and_names_its_rank(workers_can_import_helpers):
+def test_failing_worker_fails_the_run_fast_and_names_its_rank(workers_can_import_helpers, tmp_path):
     plan = two_cpu_workers()
     # Without fail-fast, rank 0 would wait in its all_reduce until the 600 s process-group timeout.
     with pytest.raises(WorkerFailed) as err:
-        run_workers(plan, launch_helpers.fail_on_rank, plan, 1)
+        run_workers(plan, launch_helpers.fail_on_rank, plan, 1, log_dir=tmp_path)
     assert err.value.rank == 1
     assert "rank 1" in str(err.value) and "ValueError: boom on purpose in rank 1" in str(err.value)
     assert "\n" not in str(err.value)
+    (log,) = tmp_path.glob("*/localhost[[]1].log")
+    assert str(err.value).endswith(f"(its log: {log})") and "boom on purpose" in log.read_text()
+
+
+def test_a_worker_killed_by_a_signal_fails_the_run_fast_naming_its_rank_and_the_signal(
+    workers_can_import_helpers,
+):
+    plan = two_cpu_workers()
+    with pytest.raises(WorkerFailed) as err:
+        run_workers(plan, launch_helpers.killed_on_rank, plan, 1, log_dir="")
+    assert err.value.rank == 1
+    assert str(err.value).startswith("worker rank 1 failed: killed by SIGKILL"), str(err.value)
 
 
 def test_a_usage_error_in_the_workers_is_one_usage_error_line_as_with_one_worker(

@@ -24,7 +24,7 @@ import sys
 import tempfile
 import threading
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import psutil
 
@@ -32,6 +32,7 @@ from mjfleet.launch.workerentry import die_with_parent, worker_entrypoint
 
 if TYPE_CHECKING:
     from mjfleet.launch.group import SignedGroup
+    from mjfleet.launch.seam import AgentStatus
 
 UNREACHABLE_EXIT = 3
 
@@ -78,7 +79,7 @@ def run_workers_here(group: SignedGroup, logger_address: str, logger_port: int) 
     elastic, then report their status every round until every host is done or one has failed."""
     from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, start_processes
 
-    from mjfleet.launch.seam import AgentPayload, AgentStatus, WorkerArgs, get_open_port
+    from mjfleet.launch.seam import AgentPayload, WorkerArgs, get_open_port
 
     logger = logging.getLogger()
     me = group.rank - 1
@@ -116,7 +117,7 @@ def run_workers_here(group: SignedGroup, logger_address: str, logger_port: int) 
         status = None
         while True:
             if status is None or status.state == "running":
-                status = AgentStatus.from_result(result=workers.wait(5))
+                status = _status(workers.wait(5), ranks, hostname)
             statuses = group.sync_agent_statuses(status=status)  # raises AgentFailedError when a peer is gone
             failed = any(s.state == "failed" for s in statuses)
             if failed or all(s.state == "done" for s in statuses):
@@ -127,6 +128,23 @@ def run_workers_here(group: SignedGroup, logger_address: str, logger_port: int) 
         sys.stdout.flush()
         sys.stderr.flush()
         group.shutdown()
+
+
+def _status(result: Any, ranks: list[int], host: str) -> AgentStatus:
+    """This host's status from torch elastic's result (None while every worker runs): the return values by local
+    rank, a failed worker's replaced by its failure record (launch/failure.py; workerentry.py returns one for an
+    exception it caught)."""
+    from mjfleet.launch.failure import Failure, from_process_failure
+    from mjfleet.launch.seam import AgentStatus
+
+    if result is None:
+        return AgentStatus(state="running")
+    values = dict(result.return_values)
+    for local_rank, failure in result.failures.items():
+        values[local_rank] = from_process_failure(failure, ranks[local_rank], host)
+    ordered = [values[local_rank] for local_rank in sorted(values)]
+    failed = any(isinstance(value, Failure) for value in ordered)
+    return AgentStatus(state="failed" if failed else "done", return_values=ordered)
 
 
 def _bind_collectives_to_the_route_to(address: str) -> None:

@@ -155,9 +155,10 @@ def run_agents(
 ) -> list[Any]:
     """Run torchrunx's launcher-agent protocol; return each agent's list of worker return values.
 
-    Raises torchrunx's WorkerFailedError/ExceptionFromWorker contents as a ``(agent, error)`` FleetFailure, or
-    AgentEnded naming the host whose agent went away.
+    Raises FleetFailure with the failure records the agents sent (launch/failure.py), or AgentEnded naming the
+    host whose agent went away.
     """
+    from mjfleet.launch.failure import Failure
     from mjfleet.launch.group import TOKEN_ENV, SignedGroup, listening_socket
     from mjfleet.launch.logserver import LogServer
     from mjfleet.launch.seam import AgentStatus
@@ -194,7 +195,7 @@ def run_agents(
             statuses: list[AgentStatus] = _naming_the_host(
                 agents, lambda: group.sync_agent_statuses(status=None)
             )
-            failures = _failures(agents, statuses)
+            failures = [value for s in statuses for value in s.return_values if isinstance(value, Failure)]
             if failures:
                 raise FleetFailure(failures)
             if all(s.state == "done" for s in statuses):
@@ -206,20 +207,6 @@ def run_agents(
 
             dist.destroy_process_group()
         logs.close()
-
-
-def _failures(agents: list[Agent], statuses: list) -> list[tuple[Agent, int | None, Any]]:
-    """(agent, global rank or None, error) of every failed worker. torchrunx lists a host's return values by
-    local rank only when all of its workers have ended; otherwise only the failures, whose ranks it drops."""
-    from mjfleet.launch.seam import ExceptionFromWorker, WorkerFailedError
-
-    failures = []
-    for agent, status in zip(agents, statuses, strict=True):
-        complete = len(status.return_values) == agent.workers
-        for index, value in enumerate(status.return_values):
-            if isinstance(value, ExceptionFromWorker | WorkerFailedError):
-                failures.append((agent, agent.first_rank + index if complete else None, value))
-    return failures
 
 
 def _naming_the_host(agents: list[Agent], exchange: Callable[[], Any]) -> Any:
@@ -236,8 +223,8 @@ def _naming_the_host(agents: list[Agent], exchange: Callable[[], Any]) -> Any:
 
 
 class FleetFailure(Exception):
-    """Workers failed: ``failures`` lists (agent, global rank or None, torchrunx error) for each."""
+    """Workers failed: ``failures`` holds the record of each (launch/failure.py)."""
 
-    def __init__(self, failures: list[tuple[Agent, int, Any]]) -> None:
+    def __init__(self, failures: list) -> None:
         super().__init__(f"{len(failures)} worker(s) failed")
         self.failures = failures

@@ -7,7 +7,8 @@ value comes back. Every listener binds one address (loopback on one host) and no
 unpickled without the run's token (docs/distributed.md, "Network and trust").
 
 Fail fast: an exception in any worker is printed as ``[rank N] <traceback>`` and ends that worker at
-once; its agent then stops the others, and this process raises :class:`WorkerFailed` naming the rank.
+once; its agent then stops the others and sends the launcher the worker's failure record (launch/failure.py),
+from which this process raises :class:`WorkerFailed` naming the rank, its host and its log file.
 
 Console and log files: rank 0's stdout/stderr stream to this console; other ranks show WARNING and
 above, prefixed with ``[rank N]``. Per-worker log files go to ``$TORCHRUNX_LOG_DIR`` if that is set, else to
@@ -29,16 +30,18 @@ from __future__ import annotations
 import fnmatch
 import logging
 import os
-import re
 import signal
 import sys
 from collections.abc import Callable
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
 from mjfleet.errors import UsageError, first_line
 from mjfleet.launch.devices import WorkerPlan
+from mjfleet.launch.failure import USAGE_ERROR, Failure, first_cause
+from mjfleet.launch.logserver import log_file, log_folder
 from mjfleet.launch.relay import SignalRelay
 from mjfleet.launch.worker import PREFIXED_ATTR, log_level_from_env, worker_main
 from mjfleet.launch.workerentry import MASTER_ENV
@@ -183,8 +186,11 @@ def _run_with_torchrunx(
     )
     env = {k: v for k, v in os.environ.items() if any(fnmatch.fnmatch(k, p) for p in _copied_patterns())}
     env |= worker_env(plan) | {MASTER_ENV: master}
-    handlers = _log_handlers(plan.hosts, plan.workers_per_host, files, file_level)
-    hint = f" (worker logs in {files})" if files else " (set TORCHRUNX_LOG_DIR to keep per-worker log files)"
+    folder = log_folder(files) if files else None
+    handlers = _log_handlers(plan.hosts, plan.workers_per_host, folder, file_level)
+    hint = (
+        f" (worker logs in {folder})" if folder else " (set TORCHRUNX_LOG_DIR to keep per-worker log files)"
+    )
     several = len(hosts) > 1
 
     result: Any = None
@@ -196,7 +202,7 @@ def _run_with_torchrunx(
             )
             result = returns[0][0]
         except FleetFailure as exc:
-            failure = _failure_from(exc, hint, several)
+            failure = _failure_from(exc.failures, plan, folder, several)
         except AgentEnded as exc:
             failure = WorkerFailed(f"{exc}{hint}", exc.rank)
         except AgentFailedError:
@@ -221,55 +227,34 @@ def _copied_patterns() -> tuple[str, ...]:
     return DEFAULT_ENV_VARS_FOR_COPY + WORKER_ENV_PATTERNS
 
 
-def _failure_from(exc: Any, hint: str, several_hosts: bool) -> WorkerFailed | UsageError:
-    """The failure to report: a worker that failed by itself before one that only lost a peer, then by rank.
-    The rank is the one the worker wrote ("[rank N] ..."), else its place on its host when the agent reported
-    every worker, else the host's ranks."""
-    parsed = []
-    for agent, rank, error in exc.failures:
-        message = str(getattr(error, "exception", error))
-        failure = _failure_from_message(message, hint)
-        if isinstance(failure, UsageError):
-            return failure
-        rank = failure.rank if failure.rank is not None else rank
-        lost_peer = any(
-            word in message for word in ("DistBackendError", "gloo", "Connection reset", "by peer")
-        )
-        who = f"worker rank {rank}" if rank is not None else f"a worker of {agent.ranks()}"
-        where = f" on {agent.host.name}" if several_hosts else ""
-        text = re.sub(r"^(worker rank \d+|a worker) failed:", f"{who}{where} failed:", str(failure))
-        parsed.append((lost_peer, rank if rank is not None else agent.first_rank, WorkerFailed(text, rank)))
-    return min(parsed, key=lambda item: (item[0], item[1]))[2]
-
-
-def _failure_from_message(message: str, hint: str) -> WorkerFailed | UsageError:
-    """Turn torch elastic's failure message into a WorkerFailed; workers write "[rank N] <error>". A worker's
-    UsageError (bad input found only where the work runs, e.g. a checkpoint that does not fit the policy) stays
-    one: one line, exit status 2, as with one worker."""
-    match = re.match(r"\[rank (\d+)\] (.*)", message.strip(), re.DOTALL)
-    if match:
-        rank = int(match.group(1))
-        usage = re.match(r"UsageError: (.*)", match.group(2))
-        if usage:
-            return UsageError(usage.group(1).splitlines()[0])
-        return WorkerFailed(f"worker rank {rank} failed: {match.group(2).splitlines()[0]}{hint}", rank)
-    if message.startswith("To enable traceback"):  # torch elastic's text for a bare non-zero exit
-        message = "it exited without a Python error (killed, out of memory, or os._exit)"
-    first = message.splitlines()[0] if message else "unknown error"
-    return WorkerFailed(f"a worker failed: {first}{hint}")
+def _failure_from(
+    failures: list[Failure], plan: WorkerPlan, folder: Path | None, several_hosts: bool
+) -> WorkerFailed | UsageError:
+    """The error to raise for the workers' failure records: their cause (`first_cause`), with its log file. A
+    worker's UsageError (bad input found only where the work runs, e.g. a checkpoint that does not fit the
+    policy) stays one: one line, exit status 2, as with one worker."""
+    cause = first_cause(failures)
+    if cause.kind == USAGE_ERROR:
+        return UsageError(cause.message(several_hosts))
+    no_log_file = " (set TORCHRUNX_LOG_DIR to keep per-worker log files)"
+    if folder is not None and cause.rank is not None and cause.host in plan.hosts:
+        cause = replace(cause, log_file=str(log_file(folder, cause.host, cause.rank % plan.workers_per_host)))
+    elif folder is not None:
+        no_log_file = f" (worker logs in {folder})"
+    return WorkerFailed(cause.message(several_hosts, no_log_file), cause.rank)
 
 
 # --- logs: handlers of the launcher's log server (launch/logserver.py) ------------------------------------
 
 
 def _log_handlers(
-    hosts: tuple[str, ...], workers_per_host: int, files: Path | None, file_level: int
+    hosts: tuple[str, ...], workers_per_host: int, folder: Path | None, file_level: int
 ) -> list[logging.Handler]:
     from mjfleet.launch.logserver import file_handlers
 
     handlers: list[logging.Handler] = [_ConsoleHandler(hosts, workers_per_host)]
-    if files is not None:
-        handlers += file_handlers(hosts, workers_per_host, files, file_level)
+    if folder is not None:
+        handlers += file_handlers(hosts, workers_per_host, folder, file_level)
     return handlers
 
 

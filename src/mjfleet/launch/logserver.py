@@ -155,17 +155,25 @@ class LazyFileHandler(logging.FileHandler):
         return super()._open()
 
 
+def log_folder(directory: Path) -> Path:
+    """The folder of one run's log files: a timestamped one in `directory`."""
+    return directory / datetime.datetime.now().isoformat(timespec="seconds")
+
+
+def log_file(folder: Path, host: str, local_rank: int | None) -> Path:
+    """An agent's (<host>.log) or a worker's (<host>[<local rank>].log) log file."""
+    return folder / (f"{host}.log" if local_rank is None else f"{host}[{local_rank}].log")
+
+
 def file_handlers(
-    hosts: tuple[str, ...], workers_per_host: int, directory: Path, level: int
+    hosts: tuple[str, ...], workers_per_host: int, folder: Path, level: int
 ) -> list[logging.Handler]:
-    """One file per agent (<host>.log) and per worker (<host>[<local rank>].log), in a timestamped folder."""
-    folder = directory / datetime.datetime.now().isoformat(timespec="seconds")
+    """One file per agent and per worker (`log_file`) in `folder`."""
     formatter = logging.Formatter("%(asctime)s:%(levelname)s: %(message)s", datefmt="%Y-%m-%d %H:%M:%S")
     handlers: list[logging.Handler] = []
     for host in hosts:
         for local_rank in [None, *range(workers_per_host)]:
-            suffix = "" if local_rank is None else f"[{local_rank}]"
-            handler = LazyFileHandler(folder / f"{host}{suffix}.log", delay=True)
+            handler = LazyFileHandler(log_file(folder, host, local_rank), delay=True)
             handler.addFilter(_only(host, local_rank, level))
             handler.setFormatter(formatter)
             handlers.append(handler)

@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 # Public (torchrunx.__all__).
-from torchrunx import DEFAULT_ENV_VARS_FOR_COPY, AgentFailedError, WorkerFailedError
+from torchrunx import DEFAULT_ENV_VARS_FOR_COPY, AgentFailedError
 
 # Private: the launcher-agent protocol (payloads, statuses, the group they travel through) and the worker's
 # arguments. mjfleet speaks this protocol on both ends, so the classes only need to agree with themselves; they
@@ -22,7 +22,6 @@ from torchrunx import DEFAULT_ENV_VARS_FOR_COPY, AgentFailedError, WorkerFailedE
 # GPU, spawned by torch elastic) and so that a change of that design shows here first.
 from torchrunx.utils.comm import AgentPayload, AgentStatus, LauncherAgentGroup, LauncherPayload, get_open_port
 from torchrunx.utils.environment import in_slurm_job, slurm_hosts
-from torchrunx.utils.errors import ExceptionFromWorker
 from torchrunx.utils.log_streaming import redirect_stdio_to_logger
 from torchrunx.worker import WorkerArgs
 
@@ -32,11 +31,9 @@ __all__ = [
     "AgentFailedError",
     "AgentPayload",
     "AgentStatus",
-    "ExceptionFromWorker",
     "LauncherAgentGroup",
     "LauncherPayload",
     "WorkerArgs",
-    "WorkerFailedError",
     "get_open_port",
     "in_slurm_job",
     "slurm_hosts",
@@ -59,7 +56,6 @@ RELIED_ON = (
         "public: the variables torchrunx copies to workers (PATH, PYTHON*, CUDA*, ...); mjfleet adds its own",
     ),
     Reliance("torchrunx.AgentFailedError", (), "public: what a broken launcher-agent exchange raises"),
-    Reliance("torchrunx.WorkerFailedError", (), "public: a worker that died without returning, in a status"),
     Reliance(
         "torchrunx.utils.comm.LauncherAgentGroup",
         ("launcher_hostname", "launcher_port", "world_size", "rank", "agent_timeout")
@@ -80,7 +76,8 @@ RELIED_ON = (
     Reliance(
         "torchrunx.utils.comm.AgentStatus",
         ("state", "return_values"),
-        "an agent's report each round: running / failed / done, and its workers' results by local rank",
+        "an agent's report each round: running / failed / done, and its workers' results by local rank (a failed "
+        "worker's as mjfleet's failure record, launch/failure.py)",
     ),
     Reliance(
         "torchrunx.utils.comm.get_open_port", (), "the free port the first agent offers for rank 0's store"
@@ -94,11 +91,6 @@ RELIED_ON = (
         "torchrunx.utils.environment.slurm_hosts",
         (),
         "--hosts slurm: the allocation's node names, found as torchrunx finds them (scontrol show hostnames)",
-    ),
-    Reliance(
-        "torchrunx.utils.errors.ExceptionFromWorker",
-        ("exception",),
-        "an exception a worker's entry point returned instead of raising",
     ),
     Reliance(
         "torchrunx.utils.log_streaming.redirect_stdio_to_logger",

@@ -27,8 +27,8 @@ from typing import Any, NoReturn
 import torch
 import torch.distributed as dist
 
-from mjfleet.errors import UsageError
 from mjfleet.launch.devices import WorkerPlan
+from mjfleet.launch.failure import LOST_PEER, USAGE_ERROR, Failure, from_exception, summary
 
 FAILURE_EXIT_CODE = 1
 LOST_PEER_DELAY_S = 3.0
@@ -159,7 +159,8 @@ def worker_main(plan: WorkerPlan, payload: bytes) -> Any:
     Unpickling happens here rather than in the torchrunx agent, so a function whose module cannot be
     imported is reported like any other worker error. Any exception is printed as "[rank N] <traceback>" (a
     UsageError, the user's to fix, as "[rank N] UsageError: <message>"; Ctrl-C as "[rank N] interrupted"),
-    recorded as this process's failure message for the agent (torch elastic's error file), and the process
+    recorded as this process's failure record for the agent (launch/failure.py, in torch elastic's error
+    file), and the process
     exits at once with a non-zero code: the agent then stops the other workers instead of letting them
     wait in a collective until the process-group timeout. Only rank 0's return value is sent back.
     """
@@ -205,27 +206,19 @@ def log_level_from_env() -> int:
     return level
 
 
-def failure_summary(exc: BaseException) -> str:
-    """One line naming an exception: "ValueError: message" (first line of the message only)."""
-    text = str(exc).strip().splitlines()
-    line = f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
-    if isinstance(exc, ImportError):
-        line += " (workers import the function by module name: is its module on PYTHONPATH on every host?)"
-    return line
-
-
 def _fail(rank: int, exc: BaseException, exit_code: int) -> NoReturn:
-    if _lost_a_peer(exc):
+    record = from_exception(exc, rank)
+    if record.kind == LOST_PEER:
         # Most likely another worker died and took the collective down with it. Give the agent time to
         # notice that worker first; it stops this one meanwhile, sparing the console a second traceback.
         time.sleep(LOST_PEER_DELAY_S)
     if isinstance(exc, KeyboardInterrupt):
         report = f"[rank {rank}] interrupted"  # a traceback per worker would only bury the cause
-    elif isinstance(exc, UsageError):  # the user's to fix: one line, which the launcher raises again as such
-        report = f"[rank {rank}] {failure_summary(exc)}"
+    elif record.kind == USAGE_ERROR:  # the user's to fix: one line, which the launcher raises again as such
+        report = f"[rank {rank}] {summary(exc)}"
     else:
         report = f"[rank {rank}] " + "".join(traceback.format_exception(exc)).rstrip()
-    _write_error_file(f"[rank {rank}] {failure_summary(exc)}")
+    _write_error_file(record)
     root = logging.getLogger()
     if any(isinstance(h, SocketHandler) for h in root.handlers):
         # Logged directly (synchronously over torchrunx's log socket): text written to stderr goes through
@@ -241,23 +234,14 @@ def _fail(rank: int, exc: BaseException, exit_code: int) -> NoReturn:
     os._exit(exit_code)
 
 
-def _lost_a_peer(exc: BaseException) -> bool:
-    """Whether `exc` looks like a collective that failed because another process went away."""
-    if isinstance(exc, dist.DistError):
-        return True
-    text = str(exc)
-    return isinstance(exc, RuntimeError) and any(
-        needle in text for needle in ("by peer", "gloo", "NCCL", "ProcessGroup", "Broken pipe")
-    )
-
-
-def _write_error_file(message: str) -> None:
-    """Leave the failure message where torch elastic looks for it; torchrunx hands it to the launcher."""
+def _write_error_file(record: Failure) -> None:
+    """Leave this worker's failure record where torch elastic looks for an error message (its "message" field,
+    as JSON text); the agent reads it back (launch/failure.py) and sends it to the launcher."""
     path = os.environ.get("TORCHELASTIC_ERROR_FILE")
     if not path:
         return
     try:
         with open(path, "w") as f:
-            json.dump({"message": message, "timestamp": str(int(time.time()))}, f)
+            json.dump({"message": record.to_json(), "timestamp": str(int(time.time()))}, f)
     except OSError:
         pass

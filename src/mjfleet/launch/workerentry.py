@@ -28,9 +28,10 @@ def die_with_parent(sig: int = signal.SIGKILL) -> None:
 
 
 def worker_entrypoint(serialized_worker_args: bytes) -> object:
+    from mjfleet.launch.failure import from_exception
     from mjfleet.launch.group import TOKEN_ENV, store
     from mjfleet.launch.logserver import send_logs_to
-    from mjfleet.launch.seam import ExceptionFromWorker, WorkerArgs, redirect_stdio_to_logger
+    from mjfleet.launch.seam import WorkerArgs, redirect_stdio_to_logger
 
     die_with_parent()
     signal.signal(signal.SIGINT, signal.default_int_handler)  # the agent ignores it; a worker must not
@@ -65,7 +66,7 @@ def worker_entrypoint(serialized_worker_args: bytes) -> object:
         return args.function()
     except Exception as e:  # noqa: BLE001 - reported to the agent, as torchrunx does
         traceback.print_exc()
-        return ExceptionFromWorker(exception=e)
+        return from_exception(e, args.rank, args.hostname)
     finally:
         sys.stdout.flush()
         sys.stderr.flush()
