@@ -3,10 +3,12 @@ on PYTHONPATH (the tests put this directory there) rather than inside a test fil
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import torch
@@ -14,6 +16,22 @@ import torch.distributed as dist
 
 from mjfleet.launch.devices import WorkerPlan
 from mjfleet.launch.worker import WorkerContext, seed_for, setup_worker
+
+FAIL_FAST_NO_HANG_S = 120.0
+"""The no-hang limit for a failing worker to end a run of 2 CPU workers. Fail-fast takes seconds (about 7 s on 2
+cores); without it the run would wait for gloo's 600 s process-group timeout. A hang guard, generous for slow
+machines, not a timing."""
+
+
+@contextlib.contextmanager
+def within_no_hang_limit(what: str, limit_s: float = FAIL_FAST_NO_HANG_S) -> Iterator[None]:
+    """Fail the test when the block, once it has finished, took longer than the no-hang limit."""
+    started = time.monotonic()
+    yield
+    took = time.monotonic() - started
+    assert took < limit_s, (
+        f"{what} took {took:.0f} s, past the {limit_s:.0f} s no-hang limit (a slow failure)"
+    )
 
 
 def report(plan: WorkerPlan, base_seed: int) -> dict:

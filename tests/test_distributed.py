@@ -11,6 +11,7 @@ import time
 import pytest
 import torch
 from helpers import BIN, TWO_CPU_WORKERS, run_cli
+from launch_helpers import within_no_hang_limit
 
 from mjfleet.launch.devices import make_plan, parse_gpu_ids
 from mjfleet.launch.launcher import run_workers
@@ -204,7 +205,10 @@ def test_ranks_that_stop_agreeing_end_the_run_at_the_next_check_naming_them(plan
     from mjfleet.launch.launcher import WorkerFailed
 
     before = _descendants()  # what earlier tests may have left running is theirs to answer for
-    with pytest.raises(WorkerFailed) as failed:
+    with (
+        within_no_hang_limit("ranks that stopped agreeing ending the run"),
+        pytest.raises(WorkerFailed) as failed,
+    ):
         run_workers(plan, w.diverge_after_one_iteration, plan, algorithm, log_dir="")
     message = str(failed.value)
     assert "\n" not in message

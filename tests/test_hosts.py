@@ -125,6 +125,11 @@ def stop_run(proc: subprocess.Popen, directory: Path) -> None:
     if proc.poll() is None:
         proc.kill()
         proc.wait(timeout=60)
+    stop_leftovers(directory)
+
+
+def stop_leftovers(directory: Path) -> None:
+    """Kill whatever still works in `directory` on any host (agents started over ssh, their workers)."""
     for leftover in processes_in(directory):
         with contextlib.suppress(psutil.Error):
             leftover.kill()
@@ -142,8 +147,13 @@ def ends_within_no_hang_limit(proc: subprocess.Popen) -> bool:
 def run_captured(
     command: list[str], cwd: Path, env: dict[str, str], timeout: float
 ) -> subprocess.CompletedProcess:
-    """`command` run to its end (or `timeout`), its output captured as text."""
-    return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    """`command` run to its end, its output captured as text; past `timeout` the test fails and what the command
+    started in `cwd`, on any host, is stopped."""
+    try:
+        return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        stop_leftovers(cwd)
+        raise
 
 
 def processes_in(directory: Path) -> list[psutil.Process]:
@@ -231,10 +241,11 @@ def two_host_run(bed, tmp_path_factory):
             env=run_env(bed.env),
             timeout=600,
         )
+        left = wait_gone(work)
     finally:
         watcher.stop.set()
         watcher.join()
-    left = wait_gone(work)
+        stop_leftovers(work)  # a run that timed out leaves its agents on the hosts otherwise
     watcher.sessions = (bed.sessions("hosta") - before[0], bed.sessions("hostb") - before[1])
     return work, result, watcher, left
 
@@ -255,6 +266,7 @@ def local_run(tmp_path_factory):
     finally:
         watcher.stop.set()
         watcher.join()
+        stop_leftovers(work)
     return work, result, watcher
 
 
@@ -488,7 +500,7 @@ def test_an_unknown_host_is_one_line_and_leaves_no_run_directory(bed, tmp_path):
         ),
         cwd=tmp_path,
         env=run_env(bed.env),
-        timeout=300,
+        timeout=NO_HANG_S,
     )
     assert result.returncode == 2, result.stderr
     assert (

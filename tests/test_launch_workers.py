@@ -142,7 +142,10 @@ def test_two_cpu_workers_all_reduce_over_gloo_and_return_rank_0s_result(workers_
 def test_failing_worker_fails_the_run_fast_and_names_its_rank(workers_can_import_helpers, tmp_path):
     plan = two_cpu_workers()
     # Without fail-fast, rank 0 would wait in its all_reduce until the 600 s process-group timeout.
-    with pytest.raises(WorkerFailed) as err:
+    with (
+        launch_helpers.within_no_hang_limit("a failing worker ending the run"),
+        pytest.raises(WorkerFailed) as err,
+    ):
         run_workers(plan, launch_helpers.fail_on_rank, plan, 1, log_dir=tmp_path)
     assert err.value.rank == 1
     assert "rank 1" in str(err.value) and "ValueError: boom on purpose in rank 1" in str(err.value)
@@ -155,7 +158,10 @@ def test_a_worker_killed_by_a_signal_fails_the_run_fast_naming_its_rank_and_the_
     workers_can_import_helpers,
 ):
     plan = two_cpu_workers()
-    with pytest.raises(WorkerFailed) as err:
+    with (
+        launch_helpers.within_no_hang_limit("a killed worker ending the run"),
+        pytest.raises(WorkerFailed) as err,
+    ):
         run_workers(plan, launch_helpers.killed_on_rank, plan, 1, log_dir="")
     assert err.value.rank == 1
     assert str(err.value).startswith("worker rank 1 failed: killed by SIGKILL"), str(err.value)
@@ -165,7 +171,10 @@ def test_a_usage_error_in_the_workers_is_one_usage_error_line_as_with_one_worker
     workers_can_import_helpers, capfd
 ):
     plan = two_cpu_workers()
-    with pytest.raises(UsageError) as err:
+    with (
+        launch_helpers.within_no_hang_limit("a usage error ending the run"),
+        pytest.raises(UsageError) as err,
+    ):
         run_workers(plan, launch_helpers.usage_error_on_every_rank, plan, log_dir="")
     assert str(err.value).startswith("checkpoint x.pt does not fit this task's policy (rank ")
     _, stderr = capfd.readouterr()

@@ -24,6 +24,11 @@ from mjfleet.runs.checkpoints import checkpoints_in, read_checkpoint
 pytestmark = pytest.mark.slow
 
 TESTS = pathlib.Path(__file__).resolve().parent
+START_NO_HANG_S = 300
+"""The no-hang limit for a 2-worker `train` to start and end (each takes 30-45 s on 2 cores)."""
+FAIL_FAST_NO_HANG_S = 120
+"""The no-hang limit from a rank's failure to the end of `train`: seconds with fail-fast; without it rank 0 would
+wait for gloo's 600 s process-group timeout. Hang guards, generous for slow machines, not timings."""
 
 
 @pytest.fixture
@@ -51,6 +56,15 @@ def _wait_gone(directory: pathlib.Path, timeout: float) -> list[int]:
     while (left := _processes_in(directory)) and time.monotonic() < deadline:
         time.sleep(0.2)
     return left
+
+
+def _stop_leftovers(directory: pathlib.Path) -> None:
+    """For a test's `finally`: kill what a run started in `directory` that still runs."""
+    for pid in _processes_in(directory):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
 
 
 def test_train_under_torchrun_joins_its_process_group_and_writes_one_run_directory(tmp_path):
@@ -95,15 +109,26 @@ def test_a_failing_worker_ends_train_quickly_with_that_ranks_traceback(tmp_path)
         "MJFLEET_TEST_FAILURE_STAMP": str(stamp),
     }
     # Rank 0 waits in a collective that rank 1 never joins: without fail-fast it would hang until the 600 s
-    # process-group timeout, past this call's timeout (no timing is asserted beyond that).
-    result = run_cli(
-        "train", "Test-FailOnRank1", *TWO_CPU_WORKERS, "--max-iterations", "50", cwd=tmp_path, env=env
-    )
-    assert result.returncode == 1
-    assert "[rank 1]" in result.stderr and "deliberate failure on rank 1" in result.stderr
-    assert "Traceback" in result.stderr  # the failing rank's traceback is shown
-    assert stamp.exists()  # rank 1 really failed (the test task stamps the moment)
-    assert _wait_gone(tmp_path, 5) == []
+    # process-group timeout.
+    try:
+        result = run_cli(
+            *("train", "Test-FailOnRank1", *TWO_CPU_WORKERS, "--max-iterations", "50"),
+            cwd=tmp_path,
+            env=env,
+            timeout=START_NO_HANG_S,
+        )
+        ended_at = time.time()
+        assert result.returncode == 1
+        assert "[rank 1]" in result.stderr and "deliberate failure on rank 1" in result.stderr
+        assert "Traceback" in result.stderr  # the failing rank's traceback is shown
+        assert stamp.exists()  # rank 1 really failed (the test task stamps the moment)
+        took = ended_at - float(stamp.read_text())
+        assert took < FAIL_FAST_NO_HANG_S, (
+            f"train ended {took:.0f} s after rank 1 failed: past the no-hang limit"
+        )
+        assert _wait_gone(tmp_path, 5) == []
+    finally:
+        _stop_leftovers(tmp_path)
 
 
 def test_sigterm_to_train_stops_cleanly_with_a_checkpoint_and_leaves_no_process_behind(tmp_path):
@@ -133,6 +158,7 @@ def test_sigterm_to_train_stops_cleanly_with_a_checkpoint_and_leaves_no_process_
     finally:
         if proc.poll() is None:
             proc.kill()
+        _stop_leftovers(tmp_path)
 
 
 @pytest.mark.skipif(not pathlib.Path("/proc/self").is_dir(), reason="process checks read /proc")
