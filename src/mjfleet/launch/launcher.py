@@ -108,7 +108,7 @@ def run_workers(
     if plan.in_process:
         return _run_in_process(fn, args, kwargs)
     files = worker_log_dir(log_dir, default_log_dir)
-    return _run_with_torchrunx(plan, fn, args, kwargs, files, grace_s, rendezvous_host)
+    return _run_with_agents(plan, fn, args, kwargs, files, grace_s, rendezvous_host)
 
 
 def worker_log_dir(
@@ -143,10 +143,10 @@ def _run_in_process(fn: Callable[..., R], args: tuple, kwargs: dict) -> R:
     return fn(*args, **kwargs)
 
 
-# --- several workers: torchrunx -----------------------------------------------------------------------
+# --- several workers: one agent per host, which spawns its workers -------------------------------------
 
 
-def _run_with_torchrunx(
+def _run_with_agents(
     plan: WorkerPlan,
     fn: Callable[..., R],
     args: tuple,
