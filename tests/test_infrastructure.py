@@ -59,3 +59,25 @@ def test_a_marked_test_is_skipped_outside_ci_when_its_probe_finds_something_miss
     monkeypatch.delenv("CI", raising=False)
     with pytest.raises(pytest.skip.Exception, match="Xvfb"):
         pytest_runtest_setup(_item_needing(REASON))
+
+
+def test_every_test_ci_names_exists_and_is_marked_slow_for_its_second_step():
+    """.ci/run's second step selects `-m slow` tests by file and by id: a renamed file or test would otherwise
+    drop out of CI silently (pytest runs what is left), and an unmarked one would be deselected."""
+    import ast
+    import pathlib
+    import re
+
+    root = pathlib.Path(__file__).resolve().parents[1]
+    named = re.findall(r"(tests/[\w/]+\.py)(?:::(\w+))?", (root / ".ci" / "run").read_text())
+    assert len(named) >= 8, named
+    for path, name in named:
+        assert (root / path).is_file(), f".ci/run names {path}, which does not exist"
+        if name:
+            tree = ast.parse((root / path).read_text())
+            (function,) = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == name] or [
+                None
+            ]
+            assert function is not None, f".ci/run names {path}::{name}, which does not exist"
+            marks = [ast.unparse(d) for d in function.decorator_list]
+            assert "pytest.mark.slow" in marks, f"{path}::{name} is not marked slow: CI's `-m slow` skips it"

@@ -48,7 +48,9 @@ def print_summary(summary: dict[str, Any], label: str, output: pathlib.Path) -> 
     exported = summary["exported"]
     if exported:
         names = ", ".join(
-            pathlib.Path(exported[k]).name for k in ("onnx", "torchscript", "metadata", "mjcf") if k in exported
+            pathlib.Path(exported[k]).name
+            for k in ("onnx", "torchscript", "metadata", "mjcf")
+            if k in exported
         )
         print(
             f"exported: {pathlib.Path(exported['onnx']).parent} ({names}; ONNX matches torch to "
