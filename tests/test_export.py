@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from mjfleet.rl.deploy_metadata import MJLAB_KEYS
+from mjfleet.tasks import task_names
 
 
 @pytest.fixture(scope="module")
@@ -90,3 +91,34 @@ def test_observation_terms_that_do_not_add_up_to_the_group_are_an_error():
     # A group the environment does not describe is one term named after it
     assert observation_slices(env, [{"name": "actor", "size": 4}, {"name": "extra", "size": 3}])[-1] == {
         "name": "extra", "group": "extra", "start": 4, "stop": 7}  # fmt: skip
+
+
+@pytest.mark.parametrize("task", task_names())
+def test_every_registered_task_exports_after_one_iteration_to_a_folder_that_deploys_on_its_own(
+    task, tmp_path
+):
+    """Each task's policy after one tiny training iteration exports (ONNX, TorchScript, metadata, the model as
+    MJCF checked to compile to the trained model), and the folder's MJCF loads by itself, heightfields included."""
+    import mujoco
+    import numpy as np
+
+    from mjfleet.rl import FleetRunner
+    from mjfleet.rl.export import export_policy, policy_metadata
+    from mjfleet.tasks import get_task
+
+    spec = get_task(task)
+    cfg = spec.play_env_config()
+    cfg.num_envs = 2
+    agent = spec.agent_config()
+    agent.logger, agent.num_steps_per_env = "none", 2
+    torch.manual_seed(0)
+    runner = FleetRunner(spec.make_env(cfg, "cpu"), agent, None, "cpu")
+    runner.learn(1)
+    actor, obs = runner.alg.get_policy().eval(), runner.env.get_observations()
+    out = tmp_path / "exported"
+    files = export_policy(actor, obs, out, policy_metadata(runner.env, actor, obs, task, iteration=1))
+    assert {"onnx", "torchscript", "metadata", "mjcf"} <= set(files), files
+    deployed, trained = mujoco.MjModel.from_xml_path(str(files["mjcf"])), runner.env.mj_model
+    assert (deployed.nq, deployed.nu, deployed.nbody) == (trained.nq, trained.nu, trained.nbody)
+    np.testing.assert_array_equal(deployed.hfield_data, trained.hfield_data)
+    np.testing.assert_array_equal(deployed.body_mass, trained.body_mass)

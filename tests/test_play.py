@@ -423,3 +423,26 @@ def test_the_play_settings_are_not_reported_as_differences_from_training(task, c
     assert capsys.readouterr().out == ""
     _notice_differences(spec.name, flags.env, state)  # what the note would say without knowing them
     assert "noise.enabled=False (trained: True)" in capsys.readouterr().out
+
+
+def test_an_export_that_cannot_be_made_is_one_line_and_exit_2_and_the_evaluation_is_kept(
+    cartpole_run, tmp_path, monkeypatch, capsys
+):
+    """A model that does not survive being written as MJCF (forced here: no difference is tolerated, so every
+    field differs) ends `play --export` with one line and exit status 2; eval.json of the evaluation is written."""
+    from mjfleet.cli.play import main
+    from mjfleet.rl import deploy_metadata
+
+    cwd = copy_workdir(cartpole_run.cwd, tmp_path)
+    monkeypatch.chdir(cwd)
+    monkeypatch.setattr(deploy_metadata, "MODEL_TOLERANCE", -1.0)
+    monkeypatch.setenv("MUJOCO_GL", os.environ.get("MUJOCO_GL", "egl"))  # no backend probe in-process
+    with pytest.raises(SystemExit) as exit_info:
+        main(["Cartpole-Balance", "--export", "--episodes", "2", "--num-envs", "2"])
+    out, err = capsys.readouterr()
+    lines = [line for line in err.strip().splitlines() if line.strip()]
+    assert exit_info.value.code == 2 and len(lines) == 1, err
+    assert "differs from the trained model's" in lines[0] and "exported:" not in out
+    report = json.loads((cartpole_run.run_dir.relative_to(cartpole_run.cwd) / "eval.json").read_text())
+    assert report["episodes"] >= 2 and "differs" in report["exported"]["error"]
+    assert not (cartpole_run.run_dir.relative_to(cartpole_run.cwd) / "exported" / "policy.onnx").exists()

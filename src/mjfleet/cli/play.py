@@ -176,9 +176,9 @@ def main(argv: list[str] | None = None) -> None:
 
     try:
         play(task_name, flags)
-    except ExportError as exc:
+    except ExportError as exc:  # what is already written (eval.json, a video) stays
         print(f"{PROG}: error: {exc}", file=sys.stderr)
-        raise SystemExit(1) from None
+        raise SystemExit(2) from None
 
 
 if __name__ == "__main__":

@@ -77,16 +77,20 @@ def play(task_name: str, flags: Any) -> dict[str, Any]:
             if flags.baselines
             else None
         )
-        exported = None
+        exported, export_error = None, None
         if flags.export:
             from mjfleet.play.export import export_checkpoint_policy
+            from mjfleet.rl.export_check import ExportError
 
             assert (
                 source.state is not None and source.checkpoint is not None
             )  # check_flags: needs a checkpoint
-            exported = export_checkpoint_policy(
-                env, actor, obs, spec.name, source.checkpoint, source.state, flags.command
-            )
+            try:
+                exported = export_checkpoint_policy(
+                    env, actor, obs, spec.name, source.checkpoint, source.state, flags.command
+                )
+            except ExportError as exc:  # the evaluation is kept (eval.json below), then the error ends play
+                exported, export_error = {"error": str(exc)}, exc
 
     summary = {
         "task": spec.name,
@@ -110,6 +114,8 @@ def play(task_name: str, flags: Any) -> dict[str, Any]:
     }
     atomic_write_text(output, json.dumps(summary, indent=2) + "\n")
     print_summary(summary, source.label, output)
+    if export_error is not None:
+        raise export_error
     return summary
 
 

@@ -46,7 +46,7 @@ def print_summary(summary: dict[str, Any], label: str, output: pathlib.Path) -> 
     if summary["video"]:
         print(f"video: {summary['video']} ({summary['video_frames']} frames)")
     exported = summary["exported"]
-    if exported:
+    if exported and "onnx" in exported:  # else the export failed: play's one error line says why
         names = ", ".join(
             pathlib.Path(exported[k]).name
             for k in ("onnx", "torchscript", "metadata", "mjcf")

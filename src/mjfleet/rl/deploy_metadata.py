@@ -10,6 +10,8 @@ import math
 import pathlib
 from typing import Any
 
+from mjfleet.rl.export_check import ExportError
+
 MJCF_FILE = "model.xml"
 MJLAB_KEYS = (
     "run_path",
@@ -43,7 +45,7 @@ MODEL_TOLERANCE = 1e-12
 as `fromto` recompile with rounding in the last bit (1e-16); the simulation itself runs in float32."""
 
 
-class ModelMismatchError(RuntimeError):
+class ModelMismatchError(ExportError):
     """The MJCF written for an export does not compile to the model the policy was trained with."""
 
 
@@ -74,7 +76,11 @@ def model_xml(env) -> tuple[str, dict[str, bytes]] | None:
     for field in CHECKED_MODEL_FIELDS:
         a, b = np.asarray(getattr(trained, field)), np.asarray(getattr(written, field))
         if a.shape != b.shape or not np.allclose(a, b, rtol=MODEL_TOLERANCE, atol=MODEL_TOLERANCE):
-            raise ModelMismatchError(f"the exported MJCF's {field} differs from the trained model's")
+            raise ModelMismatchError(
+                f"the exported MJCF's {field} differs from the trained model's (MuJoCo writes 6 significant "
+                "digits: a geom whose compiled size or orientation needs more, e.g. a tilted `fromto`, does not "
+                "survive; author it axis-aligned or with pos/quat/size of few digits)"
+            )
     for field in ("timestep", "gravity", "integrator", "cone", "solver", "iterations", "ls_iterations",
                   "disableflags", "enableflags", "impratio", "tolerance"):  # fmt: skip
         a, b = np.asarray(getattr(trained.opt, field)), np.asarray(getattr(written.opt, field))
