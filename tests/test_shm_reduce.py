@@ -49,3 +49,29 @@ def test_the_mapping_file_is_created_for_this_user_only_and_never_reused(tmp_pat
     assert stat.S_IMODE(path.stat().st_mode) == 0o600 and path.stat().st_size == 4096
     with pytest.raises(FileExistsError):
         create_mapping_file(path, 4096)
+
+
+def _peer_is_late(rank: int, store: str, out: str, late_s: float) -> None:
+    import time
+
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=2)
+    reduce = SharedMemory(2, 8, torch.float32, timeout_s=120.0)
+    buffer = torch.ones(8)
+    reduce.sum(buffer)
+    if rank == 0:
+        time.sleep(late_s)  # a slow peer (rank 0 evaluating, or stopped)
+    wall, cpu = time.monotonic(), time.process_time()
+    reduce.sum(buffer)
+    if rank == 1:
+        pathlib.Path(out).write_text(f"{time.monotonic() - wall} {time.process_time() - cpu}")
+    dist.barrier()
+    os._exit(0)
+
+
+@pytest.mark.skipif(platform.machine() != "x86_64", reason="the shared-memory reducer needs x86 Linux")
+def test_a_rank_waiting_for_a_late_peer_sleeps_instead_of_spinning(tmp_path):
+    out = tmp_path / "rank1.txt"
+    mp.spawn(_peer_is_late, args=(str(tmp_path / "store"), str(out), 2.0), nprocs=2)
+    wall, cpu = map(float, out.read_text().split())
+    # Spinning (or only yielding) would burn the whole wait; sleeping after 5 ms costs a few percent of it.
+    assert cpu < 0.25 * wall, f"the waiting rank used {cpu:.2f} s of CPU in a {wall:.2f} s wait"

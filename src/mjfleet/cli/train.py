@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 from mjfleet.cli.common import command_argv, parse_task_command, user_errors, worker_plan
 from mjfleet.launch.devices import launched_externally
-from mjfleet.launch.launcher import run_workers
+from mjfleet.launch.launcher import DEFAULT_HANG_FIRST_TIMEOUT_S, DEFAULT_HANG_TIMEOUT_S, run_workers
 from mjfleet.launch.slurm import join_srun_step, requeue_before_time_limit
 from mjfleet.runs import RunDir
 from mjfleet.runs.checkpoints import checkpoint_iteration
@@ -86,6 +86,13 @@ class TrainFlags:
     """Run directories go to <logs-root>/<experiment>/<timestamp>[_<run-name>]/."""
     log_format: Literal["block", "compact"] = "block"
     """Console progress: a short block per iteration, or one line with ETA."""
+    hang_timeout_s: float = DEFAULT_HANG_TIMEOUT_S
+    """Several workers: a rank that makes no progress (no iteration phase, no exchange) for this many seconds ends
+    the run with a line naming it and what it was last doing. 0: not watched. Rank 0's evaluation, video and
+    checkpoint writes keep signalling, so they are not hangs."""
+    hang_first_timeout_s: float = DEFAULT_HANG_FIRST_TIMEOUT_S
+    """The same limit before a rank's first iteration ends (process start, kernel compile: minutes for a large
+    model on a cold cache)."""
     torchrunx_log_dir: str | None = None
     """Worker log files (several workers only), unless $TORCHRUNX_LOG_DIR is set (it wins). Default:
     <run_dir>/torchrunx. "" disables."""
@@ -227,6 +234,8 @@ def main(argv: list[str] | None = None) -> None:
             log_dir=flags.torchrunx_log_dir,
             default_log_dir=job.run_dir.path / "torchrunx",
             rendezvous_host=flags.rendezvous_host,
+            hang_timeout_s=flags.hang_timeout_s,
+            hang_first_timeout_s=flags.hang_first_timeout_s,
         ),
     )
 

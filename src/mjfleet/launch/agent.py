@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 import signal
 import socket
 import sys
@@ -28,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 import psutil
 
+from mjfleet.launch.liveness import BEAT_FILE_ENV, read_beat, start_file
 from mjfleet.launch.workerentry import die_with_parent, worker_entrypoint
 
 if TYPE_CHECKING:
@@ -106,18 +108,23 @@ def run_workers_here(group: SignedGroup, logger_address: str, logger_port: int) 
         for local_rank, rank in enumerate(ranks)
     }
     logger.info(f"Starting {len(ranks)} worker processes.")
+    beats_dir = tempfile.mkdtemp(prefix="mjfleet-beats-")
+    beat_files = {rank: os.path.join(beats_dir, f"rank-{rank}") for rank in ranks}
+    for path in beat_files.values():
+        start_file(path)
     workers = start_processes(
         name=f"{hostname}_",
         entrypoint=worker_entrypoint,
         args={i: (a.serialize(),) for i, a in worker_args.items()},
-        envs={i: {} for i in worker_args},  # the agent's environment is copied to its workers as it is
+        # the agent's environment is copied to its workers as it is, plus where each one beats (liveness.py)
+        envs={i: {BEAT_FILE_ENV: beat_files[a.rank]} for i, a in worker_args.items()},
         logs_specs=DefaultLogsSpecs(log_dir=tempfile.mkdtemp()),  # output goes to the launcher's log server
     )
     try:
         status = None
         while True:
             if status is None or status.state == "running":
-                status = _status(workers.wait(5), ranks, hostname)
+                status = _status(workers.wait(5), ranks, hostname, beat_files)
             statuses = group.sync_agent_statuses(status=status)  # raises AgentFailedError when a peer is gone
             failed = any(s.state == "failed" for s in statuses)
             if failed or all(s.state == "done" for s in statuses):
@@ -128,17 +135,20 @@ def run_workers_here(group: SignedGroup, logger_address: str, logger_port: int) 
         sys.stdout.flush()
         sys.stderr.flush()
         group.shutdown()
+        shutil.rmtree(beats_dir, ignore_errors=True)
 
 
-def _status(result: Any, ranks: list[int], host: str) -> AgentStatus:
-    """This host's status from torch elastic's result (None while every worker runs): the return values by local
-    rank, a failed worker's replaced by its failure record (launch/failure.py; workerentry.py returns one for an
-    exception it caught)."""
+def _status(result: Any, ranks: list[int], host: str, beat_files: dict[int, str]) -> AgentStatus:
+    """This host's status from torch elastic's result (None while every worker runs): while running, its
+    workers' last beats (liveness.py; the launcher judges them); then the return values by local rank, a failed
+    worker's replaced by its failure record (launch/failure.py; workerentry.py returns one for an exception it
+    caught)."""
     from mjfleet.launch.failure import Failure, from_process_failure
     from mjfleet.launch.seam import AgentStatus
 
     if result is None:
-        return AgentStatus(state="running")
+        beats = (read_beat(path, rank) for rank, path in beat_files.items())
+        return AgentStatus(state="running", return_values=[b for b in beats if b is not None])
     values = dict(result.return_values)
     for local_rank, failure in result.failures.items():
         values[local_rank] = from_process_failure(failure, ranks[local_rank], host)

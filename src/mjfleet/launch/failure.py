@@ -50,12 +50,15 @@ class Failure:
 
     def message(self, several_hosts: bool, no_log_file: str = "") -> str:
         """The one line the user sees: ``worker rank 1 on hostb failed: ValueError: ... (its log: <file>)``; the
-        host is named when the run has several. A usage error is its own first line (the user's to fix)."""
+        host is named when the run has several (always for a hung rank: ``worker rank 1 on localhost made no progress
+        for 120 s (last: collecting iteration 3); the run was stopped``). A usage error is its own first line (the user's to fix)."""
         if self.kind == USAGE_ERROR:
             return self.first_line
         who = f"worker rank {self.rank}" if self.rank is not None else "a worker"
-        where = f" on {self.host}" if several_hosts and self.host else ""
+        where = f" on {self.host}" if (several_hosts or self.kind == HUNG) and self.host else ""
         log = f" (its log: {self.log_file})" if self.log_file else no_log_file
+        if self.kind == HUNG:  # its process may still exist (stopped, deadlocked): the launcher ends the run
+            return f"{who}{where} {self.first_line}; the run was stopped{log}"
         return f"{who}{where} failed: {self.first_line}{log}"
 
 
@@ -111,5 +114,9 @@ def from_process_failure(failure: Any, rank: int, host: str) -> Failure:
 
 
 def first_cause(failures: list[Failure]) -> Failure:
-    """The failure to report: a worker that failed by itself before one that only lost a peer, then by rank."""
-    return min(failures, key=lambda f: (f.kind == LOST_PEER, f.rank if f.rank is not None else 1 << 30))
+    """The failure to report: a worker that failed by itself before a hung one before one that only lost a peer,
+    then by rank."""
+    return min(
+        failures,
+        key=lambda f: (f.kind == LOST_PEER, f.kind == HUNG, f.rank if f.rank is not None else 1 << 30),
+    )

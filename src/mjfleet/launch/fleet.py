@@ -152,11 +152,14 @@ def run_agents(
     handlers: list,
     on_start: Callable[[list[Agent]], None],
     agent_timeout: int = 60,
+    hang: tuple[float, float] = (0.0, 0.0),
 ) -> list[Any]:
     """Run torchrunx's launcher-agent protocol; return each agent's list of worker return values.
 
-    Raises FleetFailure with the failure records the agents sent (launch/failure.py), or AgentEnded naming the
-    host whose agent went away.
+    Raises FleetFailure with the failure records the agents sent (launch/failure.py), or with a "hung" record
+    when the workers' beats show a rank making no progress for `hang` = (timeout, timeout before the first
+    iteration ends) seconds (launch/liveness.py; 0 = not watched), or AgentEnded naming the host whose agent
+    went away.
     """
     from mjfleet.launch.failure import Failure
     from mjfleet.launch.group import TOKEN_ENV, SignedGroup, listening_socket
@@ -196,6 +199,7 @@ def run_agents(
                 agents, lambda: group.sync_agent_statuses(status=None)
             )
             failures = [value for s in statuses for value in s.return_values if isinstance(value, Failure)]
+            failures += _hung(statuses, agents, *hang)
             if failures:
                 raise FleetFailure(failures)
             if all(s.state == "done" for s in statuses):
@@ -220,6 +224,22 @@ def _naming_the_host(agents: list[Agent], exchange: Callable[[], Any]) -> Any:
         if ended is not None:
             raise ended from None
         raise
+
+
+def _hung(statuses: list, agents: list[Agent], timeout_s: float, first_timeout_s: float) -> list:
+    """The record of the rank that holds the run, judged from every host's beats (none while all progress)."""
+    from mjfleet.launch.failure import HUNG, Failure
+    from mjfleet.launch.liveness import Beat, describe, hung_rank
+
+    host_of = {
+        beat.rank: agent.host.name
+        for status, agent in zip(statuses, agents, strict=True)
+        for beat in status.return_values
+        if isinstance(beat, Beat)
+    }
+    beats = [beat for status in statuses for beat in status.return_values if isinstance(beat, Beat)]
+    stuck = hung_rank(beats, timeout_s, first_timeout_s)
+    return [] if stuck is None else [Failure(stuck.rank, host_of[stuck.rank], HUNG, describe(stuck))]
 
 
 class FleetFailure(Exception):

@@ -63,6 +63,9 @@ WORKER_ENV_PATTERNS = (
 """Environment variables copied to workers on top of torchrunx's defaults (PATH, PYTHON*, CUDA*, ...)."""
 
 DEFAULT_GRACE_S = 30.0
+DEFAULT_HANG_TIMEOUT_S = 120.0
+DEFAULT_HANG_FIRST_TIMEOUT_S = 600.0
+"""Before a rank's first iteration ends: warp compiles its kernels then (minutes for a large model, cold cache)."""
 
 
 class WorkerFailed(Exception):
@@ -94,6 +97,8 @@ def run_workers(
     default_log_dir: str | os.PathLike[str] | None = None,
     grace_s: float = DEFAULT_GRACE_S,
     rendezvous_host: str | None = None,
+    hang_timeout_s: float = 0.0,
+    hang_first_timeout_s: float = DEFAULT_HANG_FIRST_TIMEOUT_S,
     **kwargs: Any,
 ) -> R:
     """Call ``fn(*args, **kwargs)`` on every worker of ``plan`` and return rank 0's result.
@@ -104,11 +109,15 @@ def run_workers(
     ``fn`` must be a picklable top-level function (workers import its module by name); it finds its rank
     and device with ``WorkerContext.from_env(plan)``. Raises :class:`WorkerFailed` when a worker fails and
     :class:`Interrupted` after SIGINT/SIGTERM.
+
+    Several workers: a rank that makes no progress for ``hang_timeout_s`` seconds (``hang_first_timeout_s``
+    before its first iteration ends; 0: not watched) ends the run as a "hung" failure (launch/liveness.py).
     """
     if plan.in_process:
         return _run_in_process(fn, args, kwargs)
     files = worker_log_dir(log_dir, default_log_dir)
-    return _run_with_agents(plan, fn, args, kwargs, files, grace_s, rendezvous_host)
+    hang = (hang_timeout_s, hang_first_timeout_s)
+    return _run_with_agents(plan, fn, args, kwargs, files, grace_s, rendezvous_host, hang)
 
 
 def worker_log_dir(
@@ -154,6 +163,7 @@ def _run_with_agents(
     files: Path | None,
     grace_s: float,
     rendezvous_host: str | None = None,
+    hang: tuple[float, float] = (0.0, 0.0),
 ) -> R:
     import cloudpickle
     import torch.distributed as dist
@@ -198,7 +208,7 @@ def _run_with_agents(
     with SignalRelay(grace_s) as relay:  # on leaving it, no process started here is left running
         try:
             returns = run_agents(
-                hosts, plan.workers_per_host, address, launch, env, handlers, relay.add_agents
+                hosts, plan.workers_per_host, address, launch, env, handlers, relay.add_agents, hang=hang
             )
             result = returns[0][0]
         except FleetFailure as exc:

@@ -77,7 +77,8 @@ RELIED_ON = (
         "torchrunx.utils.comm.AgentStatus",
         ("state", "return_values"),
         "an agent's report each round: running / failed / done, and its workers' results by local rank (a failed "
-        "worker's as mjfleet's failure record, launch/failure.py)",
+        "worker's as mjfleet's failure record, launch/failure.py); while running, their liveness beats "
+        "(launch/liveness.py)",
     ),
     Reliance(
         "torchrunx.utils.comm.get_open_port", (), "the free port the first agent offers for rank 0's store"

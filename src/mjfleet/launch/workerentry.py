@@ -28,6 +28,7 @@ def die_with_parent(sig: int = signal.SIGKILL) -> None:
 
 
 def worker_entrypoint(serialized_worker_args: bytes) -> object:
+    from mjfleet.launch import liveness
     from mjfleet.launch.failure import from_exception
     from mjfleet.launch.group import TOKEN_ENV, store
     from mjfleet.launch.logserver import send_logs_to
@@ -63,7 +64,9 @@ def worker_entrypoint(serialized_worker_args: bytes) -> object:
             timeout=datetime.timedelta(seconds=args.timeout),
         )
     try:
-        return args.function()
+        result = args.function()
+        liveness.finished()  # it now waits for the other workers to end: not a hang
+        return result
     except Exception as e:  # noqa: BLE001 - reported to the agent, as torchrunx does
         traceback.print_exc()
         return from_exception(e, args.rank, args.hostname)

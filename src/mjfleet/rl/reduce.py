@@ -35,6 +35,7 @@ import torch
 import torch.distributed as dist
 
 from mjfleet.errors import UsageError
+from mjfleet.launch.liveness import waits
 
 REDUCERS = ("auto", "all-reduce", "all-gather", "shared-memory", "none")
 ALL_GATHER_MAX_WORKERS = 4
@@ -53,6 +54,7 @@ class Reducer:
         self.group = group
         """The workers' process group (the WorkerContext's)."""
 
+    @waits
     def sum(self, values: torch.Tensor) -> None:
         """`values` <- its sum over all workers (every worker calls this with a tensor of the same shape)."""
         dist.all_reduce(values, op=dist.ReduceOp.SUM, group=self.group)
@@ -62,6 +64,7 @@ class Reducer:
         self.sum(flat)
         flat /= self.world_size
 
+    @waits
     def broadcast(self, values: torch.Tensor) -> None:
         """`values` <- rank 0's (the initial parameters)."""
         dist.broadcast(values, src=0, group=self.group)
@@ -71,6 +74,7 @@ class Reducer:
         return gather(values, self.world_size, self.group)
 
 
+@waits
 def gather(
     values: torch.Tensor, world_size: int, group: dist.ProcessGroup | None = None
 ) -> list[torch.Tensor]:
@@ -113,6 +117,7 @@ class AllGather(Reducer):
         super().__init__(world_size, group)
         self._gathered: torch.Tensor | None = None
 
+    @waits
     def sum(self, values: torch.Tensor) -> None:
         flat = values.view(-1)
         n = flat.numel()
@@ -145,6 +150,9 @@ class SharedMemory(Reducer):
     name = "shared-memory"
     FLAG_STRIDE = 8  # int64s: one 64-byte cache line per rank's flag
     SPINS_BEFORE_YIELD = 200
+    YIELD_S = 0.005
+    MIN_SLEEP_S = 50e-6
+    MAX_SLEEP_S = 0.001
 
     def __init__(
         self,
@@ -189,6 +197,7 @@ class SharedMemory(Reducer):
         hosts = {host for host, _ in views}
         return len(hosts) == 1 and min(f for _, f in views) >= 2 * mapping_bytes(world, numel, dtype)
 
+    @waits
     def sum(self, values: torch.Tensor) -> None:
         if values.dtype != self.dtype or values.numel() > self.numel or values.device.type != "cpu":
             return super().sum(values)
@@ -200,20 +209,29 @@ class SharedMemory(Reducer):
         torch.sum(bank, dim=0, out=values.view(-1))
 
     def _wait_for(self, round_: int) -> None:
+        """Until every rank has published `round_`: spin, then yield the core for `YIELD_S` (a peer usually
+        arrives within it: this is the minibatch's critical path), then sleep in growing steps up to
+        `MAX_SLEEP_S`, so a rank waiting for a slow or stopped peer leaves its core alone."""
         flags = self._flags
-        spins = 0
-        deadline = time.monotonic() + self.timeout_s
+        for _ in range(self.SPINS_BEFORE_YIELD):
+            if flags.min() >= round_:
+                return
+        start = time.monotonic()
+        check_at, nap = start + 1.0, self.MIN_SLEEP_S
         while flags.min() < round_:
-            spins += 1
-            if spins < self.SPINS_BEFORE_YIELD:
+            now = time.monotonic()
+            if now - start < self.YIELD_S:
+                os.sched_yield()  # another process may need this core (more workers than cores)
                 continue
-            os.sched_yield()  # another process may need this core (more workers than cores)
-            if spins % 10_000 == 0:
+            time.sleep(nap)
+            nap = min(2 * nap, self.MAX_SLEEP_S)
+            if now > check_at:
+                check_at = now + 1.0
                 late = [r for r in range(self.world_size) if flags[r] < round_]
                 gone = [r for r in late if r in self._peers and not _alive(self._peers[r])]
                 if gone:  # gloo would see the connection drop; here the process has to be looked at
                     raise RuntimeError(f"rank(s) {gone} exited before shared-memory reduction {round_}")
-                if time.monotonic() > deadline:
+                if now - start > self.timeout_s:
                     raise RuntimeError(
                         f"rank(s) {late} did not reach shared-memory reduction {round_} within {self.timeout_s:.0f} s"
                     )

@@ -12,6 +12,7 @@ from typing import Any, Protocol
 
 import torch
 
+from mjfleet.launch import liveness
 from mjfleet.launch.worker import WorkerContext
 from mjfleet.rl import checkpoint
 from mjfleet.rl.agreement import agreed_stop, check_consistency
@@ -180,6 +181,7 @@ class FleetRunner:
         envs_in_fleet = self.ctx.world_size * env.num_envs
         for it in range(start_it, total_it):
             t0 = time.perf_counter()
+            liveness.beat(f"collecting iteration {it + 1}")
             progress = set_progress(self.env_steps // envs_in_fleet) if set_progress else {}
             if video is not None:
                 video.begin_iteration(it)
@@ -204,9 +206,11 @@ class FleetRunner:
             # the one host synchronisation of the rollout
             episode = stats.collect(self.alg.gradients.sum_across_workers)
             t1 = time.perf_counter()
+            liveness.beat(f"updating iteration {it + 1}")
             with self.update_threads.applied():
                 losses = self.alg.update(obs)
             t2 = time.perf_counter()
+            liveness.warmed_up()
 
             self.current_learning_iteration = it + 1
             self.env_steps += steps_per_iteration
@@ -289,10 +293,11 @@ class FleetRunner:
         if not self.ctx.is_main or self.run_dir is None:
             return None
         path = self.run_dir.checkpoint(self.current_learning_iteration)
-        self.save(path, rng_states=rng_states)
-        self.last_checkpoint = path
-        if self.hooks.on_checkpoint is not None:
-            self.hooks.on_checkpoint(path, self.current_learning_iteration)
+        with liveness.ticking(f"writing {path.name}"):  # the other ranks wait for it: not a hang
+            self.save(path, rng_states=rng_states)
+            self.last_checkpoint = path
+            if self.hooks.on_checkpoint is not None:
+                self.hooks.on_checkpoint(path, self.current_learning_iteration)
         return path
 
     def save(

@@ -85,6 +85,12 @@ class PeriodicEvaluation:
     def __call__(self, runner: FleetRunner, done: int) -> dict[str, Any]:
         if self.interval <= 0 or done % self.interval:
             return {}
+        from mjfleet.launch import liveness
+
+        with liveness.ticking(f"evaluating after iteration {done}"):  # the other ranks wait: not a hang
+            return self._evaluate(runner, done)
+
+    def _evaluate(self, runner: FleetRunner, done: int) -> dict[str, Any]:
         from mjfleet.evaluation import ActorPolicy
 
         actor = runner.alg.get_policy()
