@@ -59,6 +59,15 @@ def test_when_every_rank_waits_past_the_timeout_the_one_that_stopped_first_is_hu
     assert hung_rank([waiting(0, 125), waiting(1, 180), waiting(2, 130)], 120, 600) == waiting(1, 180)
 
 
+def test_a_silent_process_is_named_before_peers_that_wait_in_the_same_exchange_beat_for_beat():
+    """A rank stopped inside an exchange: its peer entered it a moment later, but its alive mark keeps coming."""
+    stopped = Beat(1, 130.000, "updating iteration 11", waiting=True, warm=True, silent_s=130)
+    peer = Beat(0, 130.003, "updating iteration 11", waiting=True, warm=True, silent_s=0.5)
+    assert hung_rank([peer, stopped], 120, 600) == stopped
+    working_peer = Beat(0, 125, "updating iteration 11", waiting=False, warm=True, silent_s=0.5)
+    assert hung_rank([working_peer, stopped], 120, 600) == stopped
+
+
 def test_before_its_first_iteration_ends_a_rank_has_the_longer_allowance():
     compiling = working(1, 300, warm=False)
     assert hung_rank([waiting(0, 300), compiling], 120, 600) is None

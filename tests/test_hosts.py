@@ -342,10 +342,14 @@ print(f"sent {sent} payloads")
 """
 
 
-def start_long_run(bed: Bed, work: Path, launcher: str, hosts: list[str], stderr: Path) -> subprocess.Popen:
+def start_long_run(
+    bed: Bed, work: Path, launcher: str, hosts: list[str], stderr: Path, *flags: str
+) -> subprocess.Popen:
     with stderr.open("w") as err:
         return subprocess.Popen(
-            bed.on(launcher, str(BIN / "train"), *TINY, "--max-iterations", "100000", "--hosts", *hosts),
+            bed.on(
+                launcher, str(BIN / "train"), *TINY, "--max-iterations", "100000", "--hosts", *hosts, *flags
+            ),
             cwd=work,
             env=run_env(bed.env),
             stdout=subprocess.DEVNULL,
@@ -354,12 +358,12 @@ def start_long_run(bed: Bed, work: Path, launcher: str, hosts: list[str], stderr
 
 
 def wait_for_training(
-    work: Path, proc: subprocess.Popen, stderr: Path, seconds: float = STARTUP_NO_HANG_S
+    work: Path, proc: subprocess.Popen, stderr: Path, seconds: float = STARTUP_NO_HANG_S, iterations: int = 1
 ) -> None:
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline and proc.poll() is None:
         files = list(work.glob("logs/*/*/metrics.jsonl"))
-        if files and files[0].read_text().count("\n") >= 1:
+        if files and files[0].read_text().count("\n") >= iterations:
             return
         time.sleep(0.5)
     raise AssertionError(f"training never started: {stderr.read_text()[-3000:]}")
@@ -456,14 +460,16 @@ def test_sigint_when_the_launching_host_is_one_of_the_hosts_stops_both_with_a_ch
         stop_run(proc, tmp_path)
 
 
-@pytest.mark.parametrize("fault", ["worker", "agent", "sshd"])
+@pytest.mark.parametrize("fault", ["worker", "agent", "sshd", "stopped worker"])
 def test_a_fault_on_a_remote_host_ends_the_run_naming_that_host_and_rank(bed, tmp_path, fault):
     stderr = tmp_path / "stderr.txt"
-    proc = start_long_run(bed, tmp_path, "login", ["hosta", "hostb"], stderr)
+    # A stopped worker is found by the hang detection (launch/liveness.py), here with a short timeout.
+    flags = ("--hang-timeout-s", "15") if fault == "stopped worker" else ()
+    proc = start_long_run(bed, tmp_path, "login", ["hosta", "hostb"], stderr, *flags)
     try:
-        wait_for_training(tmp_path, proc, stderr)
+        wait_for_training(tmp_path, proc, stderr, iterations=3 if fault == "stopped worker" else 1)
         on_b = on_host(bed, "hostb", processes_in(tmp_path))
-        if fault == "worker":
+        if fault in ("worker", "stopped worker"):
             victims = [p for p in on_b if "spawn_main" in " ".join(p.cmdline())]
             victims = [p for p in victims if "resource_tracker" not in " ".join(p.cmdline())]
         elif fault == "agent":
@@ -473,7 +479,7 @@ def test_a_fault_on_a_remote_host_ends_the_run_naming_that_host_and_rank(bed, tm
             victims = [agent.parent()]
             assert "sshd" in victims[0].name()
         assert len(victims) == 1, victims
-        victims[0].kill()
+        victims[0].send_signal(signal.SIGSTOP if fault == "stopped worker" else signal.SIGKILL)
         # Reported by the launcher's failure monitoring, not by a collective's timeout: see NO_HANG_S.
         ended = ends_within_no_hang_limit(proc)
         text = stderr.read_text()
@@ -485,6 +491,8 @@ def test_a_fault_on_a_remote_host_ends_the_run_naming_that_host_and_rank(bed, tm
         assert last.startswith(("train: error: worker rank 1 on hostb", "train: error: rank 1 on hostb")), (
             text[-3000:]
         )
+        if fault == "stopped worker":
+            assert "worker rank 1 on hostb made no progress for" in last, text[-3000:]
         assert wait_gone(tmp_path) == []
     finally:
         stop_run(proc, tmp_path)

@@ -37,6 +37,8 @@ if TYPE_CHECKING:
     from mjfleet.launch.seam import AgentStatus
 
 UNREACHABLE_EXIT = 3
+_TEMPORARY: list[str] = []
+"""Folders this agent made (its workers' beat files), removed however it ends."""
 
 
 def main() -> None:
@@ -109,6 +111,7 @@ def run_workers_here(group: SignedGroup, logger_address: str, logger_port: int) 
     }
     logger.info(f"Starting {len(ranks)} worker processes.")
     beats_dir = tempfile.mkdtemp(prefix="mjfleet-beats-")
+    _TEMPORARY.append(beats_dir)
     beat_files = {rank: os.path.join(beats_dir, f"rank-{rank}") for rank in ranks}
     for path in beat_files.values():
         start_file(path)
@@ -179,6 +182,8 @@ def _follow_launcher() -> None:
     while _workers() and time.monotonic() < deadline:
         time.sleep(0.1)
     _send_to_workers(signal.SIGKILL)
+    for folder in _TEMPORARY:
+        shutil.rmtree(folder, ignore_errors=True)
     logging.shutdown()
     os._exit(0)
 
