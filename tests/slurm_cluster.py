@@ -1,10 +1,16 @@
-"""A one-node Slurm cluster for tests: munged, slurmctld and slurmd from Debian's slurm-wlm and munge packages,
-configured and run entirely under one temporary directory, started and stopped by pid.
+"""Slurm clusters for tests: munged, slurmctld and slurmd from Debian's slurm-wlm and munge packages, configured
+and run entirely under one temporary directory, started and stopped by pid.
 
 Nothing system-wide is used or changed: the munge key, socket and seed, Slurm's state, spool, logs and pid files all
-live under the directory; the daemons talk over loopback (the node's address is 127.0.0.1) on ports picked free.
-Clients find the cluster through ``SLURM_CONF`` (see :meth:`SlurmCluster.env`). Needs root (SlurmUser=root, and
-slurmd starts jobs as their user), no cgroups (proctrack/linuxproc, task/none).
+live under the directory. Clients find the cluster through ``SLURM_CONF`` (see :meth:`SlurmCluster.env`). Needs root
+(SlurmUser=root, and slurmd starts jobs as their user), no cgroups (proctrack/linuxproc, task/none).
+
+- One node (:func:`running_cluster`): the daemons talk over loopback (the node's address is 127.0.0.1) on ports
+  picked free.
+- Two nodes (:func:`running_two_node_cluster`): the namespace test bed of scripts/testbed/hosts.sh, slurmctld on
+  its "login" host and one slurmd on each of "hosta" and "hostb" (each in its host's network, hostname and
+  /etc/hosts), one munged for all (its socket is a file, which every namespace sees). Jobs on a node see the test
+  bed's ~/.ssh, so ``train --hosts slurm`` reaches the other node over ssh as on a cluster.
 
 Also a command line for trying the shipped batch script by hand:
 ``python tests/slurm_cluster.py up DIR`` prints the ``export SLURM_CONF=...`` to use, ``... down DIR`` stops it.
@@ -13,6 +19,7 @@ Also a command line for trying the shipped batch script by hand:
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import pathlib
 import shutil
@@ -21,7 +28,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 DAEMONS = ("munged", "slurmctld", "slurmd")
 CLIENTS = ("sbatch", "srun", "salloc", "scontrol", "squeue", "scancel", "sinfo")
@@ -51,45 +58,65 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _node_line() -> str:
-    """This machine as a NodeName line (`slurmd -C`: CPUs, sockets, cores, threads), on loopback. RealMemory is
-    left out so that no memory is reserved or checked."""
+def _node_line(name: str, address: str) -> str:
+    """A node with this machine's CPUs, sockets, cores and threads (`slurmd -C`) as a NodeName line. RealMemory
+    is left out so that no memory is reserved or checked."""
     out = subprocess.run([_binary("slurmd"), "-C"], capture_output=True, text=True, check=True).stdout
     fields = out.splitlines()[0].split()
-    kept = [f for f in fields if not f.startswith("RealMemory=")]
-    return " ".join([*kept, "NodeAddr=127.0.0.1", "State=UNKNOWN"])
+    kept = [f for f in fields if not f.startswith(("NodeName=", "RealMemory="))]
+    return " ".join([f"NodeName={name}", *kept, f"NodeAddr={address}", "State=UNKNOWN"])
 
 
 class SlurmCluster:
-    """munged + slurmctld + slurmd under `root`; `start()` waits until the node is idle, `stop()` ends each
-    daemon by its pid (SIGTERM, then SIGKILL after a grace period) whatever state the cluster is in."""
+    """munged + slurmctld + one slurmd per node under `root`; `start()` waits until every node is idle, `stop()`
+    ends each daemon by its pid (SIGTERM, then SIGKILL after a grace period) whatever state the cluster is in.
 
-    def __init__(self, root: str | os.PathLike) -> None:
+    `nodes` are (name, address) pairs (default: this machine on loopback); `on(host)` is the command prefix that
+    runs a command on a host (default: none, this machine); slurmctld runs on `controller` (default: the first
+    node) and :meth:`client` runs Slurm's commands there."""
+
+    def __init__(
+        self,
+        root: str | os.PathLike,
+        nodes: list[tuple[str, str]] | None = None,
+        controller: tuple[str, str] | None = None,
+        on: Callable[[str], list[str]] | None = None,
+        slurmd_prefix: tuple[str, ...] = (),
+    ) -> None:
         self.root = pathlib.Path(root).resolve()
         self.conf = self.root / "slurm.conf"
         self.munge_socket = self.root / "munge" / "munge.socket"
-        self.node = socket.gethostname().split(".")[0]
+        self.nodes = nodes or [(socket.gethostname().split(".")[0], "127.0.0.1")]
+        self.controller = controller or self.nodes[0]
+        self.node = self.nodes[0][0]
+        self._on = on or (lambda host: [])
+        self._slurmd_prefix = list(slurmd_prefix)
         self.procs: dict[str, subprocess.Popen] = {}
 
     def env(self) -> dict[str, str]:
         """Environment variables that point Slurm's clients (and jobs) at this cluster."""
         return {"SLURM_CONF": str(self.conf)}
 
+    def client(self, *argv: str) -> list[str]:
+        """The command line that runs a Slurm client (sbatch, scontrol, ...) on the controller's host."""
+        return [*self._on(self.controller[0]), *argv]
+
     def log(self, daemon: str) -> str:
+        """A daemon's log: "munged", "slurmctld" or "slurmd-<node>"."""
         path = self.root / "log" / f"{daemon}.log"
         return path.read_text(errors="replace") if path.exists() else ""
 
     def write_config(self) -> None:
-        for sub in ("munge", "state", "spool", "log", "run"):
+        for sub in ("munge", "state", "log", "run", *(f"spool/{name}" for name, _ in self.nodes)):
             (self.root / sub).mkdir(parents=True, exist_ok=True)
         os.chmod(self.root / "munge", 0o700)
         r = self.root
         self.conf.write_text(
             "\n".join(
                 [
-                    "# written by tests/slurm_cluster.py: a one-node cluster under one temporary directory",
+                    f"# written by tests/slurm_cluster.py: a {len(self.nodes)}-node cluster under one directory",
                     "ClusterName=mjfleet-test",
-                    f"SlurmctldHost={self.node}(127.0.0.1)",
+                    f"SlurmctldHost={self.controller[0]}({self.controller[1]})",
                     "SlurmUser=root",
                     "SlurmdUser=root",
                     f"SlurmctldPort={_free_port()}",
@@ -98,11 +125,12 @@ class SlurmCluster:
                     "CredType=cred/munge",
                     f"AuthInfo=socket={self.munge_socket}",
                     f"StateSaveLocation={r}/state",
-                    f"SlurmdSpoolDir={r}/spool",
+                    # %n: the node's name, so that several slurmds on one machine keep apart.
+                    f"SlurmdSpoolDir={r}/spool/%n",
                     f"SlurmctldPidFile={r}/run/slurmctld.pid",
-                    f"SlurmdPidFile={r}/run/slurmd.pid",
+                    f"SlurmdPidFile={r}/run/slurmd-%n.pid",
                     f"SlurmctldLogFile={r}/log/slurmctld.log",
-                    f"SlurmdLogFile={r}/log/slurmd.log",
+                    f"SlurmdLogFile={r}/log/slurmd-%n.log",
                     "SlurmctldDebug=info",
                     "SlurmdDebug=info",
                     # No cgroups: track a job's processes through /proc and bind no CPUs.
@@ -121,8 +149,9 @@ class SlurmCluster:
                     # Time between Slurm's SIGTERM and SIGKILL: a worker finishes its iteration and saves in it.
                     "KillWait=30",
                     "MinJobAge=300",
-                    _node_line(),
-                    f"PartitionName=test Nodes={self.node} Default=YES MaxTime=INFINITE State=UP",
+                    *(_node_line(name, address) for name, address in self.nodes),
+                    f"PartitionName=test Nodes={','.join(n for n, _ in self.nodes)} Default=YES MaxTime=INFINITE "
+                    "State=UP",
                     "",
                 ]
             )
@@ -150,10 +179,25 @@ class SlurmCluster:
             ],
         )
         self._wait(lambda: self.munge_socket.exists(), timeout, "munged to create its socket")
-        self._spawn("slurmctld", [_binary("slurmctld"), "-D", "-i", "-f", str(self.conf)])
+        ctl = [*self._on(self.controller[0]), _binary("slurmctld"), "-D", "-i", "-f", str(self.conf)]
+        self._spawn("slurmctld", ctl)
         self._wait(lambda: self._scontrol("ping").returncode == 0, timeout, "slurmctld to answer")
-        self._spawn("slurmd", [_binary("slurmd"), "-D", "-f", str(self.conf), "-N", self.node])
-        self._wait(self._node_idle, timeout, f"node {self.node} to become idle")
+        for name, _ in self.nodes:
+            self._spawn(
+                f"slurmd-{name}",
+                [
+                    *self._on(name),
+                    *self._slurmd_prefix,
+                    _binary("slurmd"),
+                    "-D",
+                    "-f",
+                    str(self.conf),
+                    "-N",
+                    name,
+                ],
+            )
+        for name, _ in self.nodes:
+            self._wait(lambda name=name: self._node_idle(name), timeout, f"node {name} to become idle")
 
     def stop(self, grace: float = 10.0) -> None:
         """End every daemon this cluster started, newest first, by its pid."""
@@ -175,12 +219,15 @@ class SlurmCluster:
 
     def _scontrol(self, *args: str) -> subprocess.CompletedProcess:
         return subprocess.run(
-            [_binary("scontrol"), *args], capture_output=True, text=True, env={**os.environ, **self.env()}
+            self.client(_binary("scontrol"), *args),
+            capture_output=True,
+            text=True,
+            env={**os.environ, **self.env()},
+            timeout=60,
         )
 
-    def _node_idle(self) -> bool:
-        out = self._scontrol("show", "node", self.node).stdout
-        return "State=IDLE" in out
+    def _node_idle(self, name: str) -> bool:
+        return "State=IDLE" in self._scontrol("show", "node", name).stdout
 
     def _wait(self, ready, timeout: float, what: str) -> None:
         deadline = time.monotonic() + timeout
@@ -208,6 +255,137 @@ def running_cluster(root: str | os.PathLike) -> Iterator[SlurmCluster]:
         cluster.stop()
 
 
+TESTBED = pathlib.Path(__file__).resolve().parents[1] / "scripts" / "testbed" / "hosts.sh"
+TESTBED_HOSTS = {"login": "198.18.0.1", "hosta": "198.18.0.2", "hostb": "198.18.0.3"}
+"""scripts/testbed/hosts.sh's hosts and their addresses (inside the test bed's namespaces only)."""
+
+
+def bed_missing_reason() -> str | None:
+    """Why a two-node cluster in the namespace test bed cannot run here (on top of :func:`missing_reason`)."""
+    reason = missing_reason()
+    if reason:
+        return reason
+    for tool in ("ip", "unshare", "nsenter", "ssh", "ssh-keygen"):
+        if shutil.which(tool) is None:
+            return f"{tool} is not installed; the namespace test bed needs iproute2, util-linux and openssh"
+    if shutil.which("sshd") is None and not os.path.exists("/usr/sbin/sshd"):
+        return "sshd is not installed (apt-get install openssh-server)"
+    if subprocess.run(["ip", "netns", "list"], capture_output=True).returncode != 0:
+        return "`ip netns` is not available here"
+    return None
+
+
+CGROUP_MOUNT = (
+    "sh",
+    "-c",
+    "mount -t tmpfs slurmd-cgroup /sys/fs/cgroup && mkdir /sys/fs/cgroup/systemd"
+    ' && mount -t cgroup -o none,name=systemd cgroup /sys/fs/cgroup/systemd && exec "$@"',
+    "sh",
+)
+"""What runs slurmd in a test bed host. `ip netns exec` mounts a sysfs of the namespace's own on /sys, where
+/sys/fs/cgroup is a bare directory, and slurmd 22.05 will not start without cgroup v1's layout there ("No
+filesystem mounted on /sys/fs/cgroup", then "can't stat /sys/fs/cgroup/systemd/"), even with proctrack/linuxproc
+and task/none, which use no cgroup. So, in slurmd's own mount namespace only: a tmpfs there, and in it the
+machine's name=systemd hierarchy (an empty new one where there is none), all that it checks; with these
+plugins it creates nothing in them."""
+
+
+_beds = itertools.count()
+
+
+class HostsBed:
+    """The namespace test bed of scripts/testbed/hosts.sh under `root`, with a namespace prefix of its own."""
+
+    def __init__(self, root: str | os.PathLike) -> None:
+        self.dir = pathlib.Path(root).resolve() / "bed"
+        self.prefix = f"mjs{os.getpid() % 100000}{next(_beds)}"  # several beds may be up at once
+        self.env = {"TESTBED_PREFIX": self.prefix, "TESTBED_DIR": str(self.dir)}
+
+    def script(self, action: str) -> None:
+        done = subprocess.run(
+            [str(TESTBED), action],
+            env={**os.environ, **self.env},
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        if done.returncode != 0:
+            raise RuntimeError(f"hosts.sh {action} failed: {done.stderr.strip()}")
+
+    def on(self, host: str) -> list[str]:
+        """The command prefix that runs a command on `host`."""
+        return ["env", *(f"{k}={v}" for k, v in self.env.items()), str(TESTBED), "exec", host]
+
+    def sshd_pid(self, host: str) -> int:
+        return int((self.dir / f"sshd-{host}.pid").read_text())
+
+    def net_namespaces(self) -> dict[int, str]:
+        """The inode of each host's network namespace, and the host."""
+        return {os.stat(f"/run/netns/{self.prefix}-{h}").st_ino: h for h in TESTBED_HOSTS}
+
+
+def processes_in_namespaces(inodes: dict[int, str]) -> dict[int, str]:
+    """Every process (pid: host) whose network namespace is one of `inodes`: nothing but what a test bed started
+    runs there."""
+    found = {}
+    for entry in pathlib.Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                inode = os.stat(entry / "ns" / "net").st_ino
+            except OSError:
+                continue
+            if inode in inodes:
+                found[int(entry.name)] = inodes[inode]
+    return found
+
+
+def parent_pid(pid: int) -> int | None:
+    """The parent of process `pid`, None once it ended."""
+    try:
+        return int(pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def kill_by_pid(pids: Iterable[int]) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
+@contextlib.contextmanager
+def running_two_node_cluster(root: str | os.PathLike) -> Iterator[tuple[SlurmCluster, HostsBed]]:
+    """The test bed's hosts with slurmctld on "login" and a slurmd on "hosta" and on "hostb". However the block
+    ends: the jobs' processes are killed by pid (every process left in the test bed's namespaces that is not a
+    daemon: job steps, `train`, agents started over ssh, workers), then the Slurm daemons and the sshds by pid,
+    then the namespaces are deleted."""
+    bed = HostsBed(root)
+    cluster = SlurmCluster(
+        pathlib.Path(root).resolve() / "slurm",
+        nodes=[("hosta", TESTBED_HOSTS["hosta"]), ("hostb", TESTBED_HOSTS["hostb"])],
+        controller=("login", TESTBED_HOSTS["login"]),
+        on=bed.on,
+        slurmd_prefix=CGROUP_MOUNT,
+    )
+    inodes: dict[int, str] = {}
+    try:
+        bed.script("up")
+        inodes = bed.net_namespaces()
+        cluster.start()
+        yield cluster, bed
+    finally:
+        try:
+            sshds = {bed.sshd_pid(h) for h in TESTBED_HOSTS if (bed.dir / f"sshd-{h}.pid").exists()}
+            daemons = sshds | {p.pid for p in cluster.procs.values()}
+            # Not slurmctld's own child (slurmscriptd): killed under it, slurmctld waits out stop()'s grace.
+            kill_by_pid(p for p in processes_in_namespaces(inodes) if not {p, parent_pid(p)} & daemons)
+            cluster.stop()
+            # A step slurmd started while the first sweep ran.
+            kill_by_pid(pid for pid in processes_in_namespaces(inodes) if pid not in sshds)
+        finally:
+            bed.script("down")
+
+
 def _main(argv: list[str]) -> int:
     if len(argv) != 2 or argv[0] not in ("up", "down"):
         print("usage: python tests/slurm_cluster.py up|down DIR", file=sys.stderr)
@@ -224,16 +402,16 @@ def _main(argv: list[str]) -> int:
         except BaseException:
             cluster.stop()
             raise
-        for name, proc in cluster.procs.items():
-            (root / "run" / f"{name}.started").write_text(str(proc.pid))
+        started = "".join(f"{proc.pid}\n" for proc in cluster.procs.values())
+        (root / "run" / "started").write_text(started)
         print(f"export SLURM_CONF={cluster.conf}")
         return 0
-    for name in reversed(DAEMONS):  # the pids `up` started, newest first
-        pid_file = root / "run" / f"{name}.started"
-        if pid_file.exists():
+    pid_file = root / "run" / "started"
+    if pid_file.exists():
+        for pid in reversed(pid_file.read_text().split()):  # the pids `up` started, newest first
             with contextlib.suppress(ProcessLookupError):
-                os.kill(int(pid_file.read_text()), signal.SIGTERM)
-            pid_file.unlink()
+                os.kill(int(pid), signal.SIGTERM)
+        pid_file.unlink()
     return 0
 
 

@@ -1,10 +1,13 @@
 """Slurm for real: a one-node cluster (Debian's slurm-wlm + munge, started by tests/slurm_cluster.py under a temp
-dir and stopped by pid) runs the shipped batch script, unchanged, the way a user submits it.
+dir and stopped by pid) runs the shipped batch script, unchanged, the way a user submits it; a two-node cluster in
+the namespace test bed (scripts/testbed/hosts.sh: slurmctld on "login", a slurmd on "hosta" and on "hostb") runs
+`train --hosts slurm` on a two-node allocation, its agent on the second node started over ssh.
 
 Skipped with the reason where the cluster cannot run (not root, packages missing; .ci/run installs them as root);
 failed instead under CI=true.
 """
 
+import contextlib
 import json
 import os
 import pathlib
@@ -12,11 +15,22 @@ import re
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 
+import psutil
 import pytest
 import yaml
 from helpers import needs_infrastructure, require_infrastructure
-from slurm_cluster import SlurmCluster, missing_reason, running_cluster
+from slurm_cluster import (
+    HostsBed,
+    SlurmCluster,
+    bed_missing_reason,
+    missing_reason,
+    parent_pid,
+    processes_in_namespaces,
+    running_cluster,
+    running_two_node_cluster,
+)
 
 # Real daemons and many processes: `.ci/run` runs these in its second step, as root.
 pytestmark = pytest.mark.slow
@@ -33,6 +47,7 @@ TIMING = ("env_steps_per_s", "collect_time", "learn_time")
 JOB_TIMEOUT_S = 600
 
 needs_slurm = needs_infrastructure(missing_reason)
+needs_testbed = needs_infrastructure(bed_missing_reason)
 
 
 def test_the_docs_show_the_shipped_batch_script_verbatim():
@@ -54,22 +69,31 @@ def _env(cluster: SlurmCluster) -> dict[str, str]:
 
 def _sbatch(cluster: SlurmCluster, out: pathlib.Path, *args: str) -> str:
     result = subprocess.run(
-        ["sbatch", "--parsable", f"--output={out}", f"--chdir={ROOT}", *args],
-        capture_output=True, text=True, env=_env(cluster), timeout=60, check=True,
+        cluster.client("sbatch", "--parsable", f"--output={out}", f"--chdir={ROOT}", *args),
+        capture_output=True, text=True, env=_env(cluster), timeout=60,
     )  # fmt: skip
+    assert result.returncode == 0, result.stderr
     return result.stdout.strip().split(";")[0]
 
 
 def _job(cluster: SlurmCluster, job_id: str) -> dict[str, str]:
     out = subprocess.run(
-        ["scontrol", "show", "job", job_id], capture_output=True, text=True, env=_env(cluster), timeout=60
+        cluster.client("scontrol", "show", "job", job_id),
+        capture_output=True,
+        text=True,
+        env=_env(cluster),
+        timeout=60,
     ).stdout
     return dict(re.findall(r"(\w+)=(\S*)", out))
 
 
-def _wait_for_job(cluster: SlurmCluster, job_id: str, out: pathlib.Path) -> dict[str, str]:
+def _wait_for_job(
+    cluster: SlurmCluster, job_id: str, out: pathlib.Path, watch: Callable[[], None] = lambda: None
+) -> dict[str, str]:
+    """The job's fields once it ended; `watch()` is called about once a second meanwhile."""
     deadline = time.monotonic() + JOB_TIMEOUT_S
     while time.monotonic() < deadline:
+        watch()
         job = _job(cluster, job_id)
         if job.get("JobState") in (
             "COMPLETED",
@@ -81,7 +105,7 @@ def _wait_for_job(cluster: SlurmCluster, job_id: str, out: pathlib.Path) -> dict
         ):
             return job
         time.sleep(1)
-    subprocess.run(["scancel", job_id], env=_env(cluster), timeout=60)
+    subprocess.run(cluster.client("scancel", job_id), env=_env(cluster), timeout=60)
     pytest.fail(f"job {job_id} did not end in {JOB_TIMEOUT_S} s:\n{_tail(out)}")
 
 
@@ -177,6 +201,122 @@ def test_hosts_slurm_inside_an_allocation_trains_one_run_equal_to_two_cpu_worker
     assert _metrics(run_dir) == reference.metrics()
 
 
+@pytest.fixture(scope="module")
+def two_nodes(tmp_path_factory):
+    require_infrastructure(bed_missing_reason())
+    with running_two_node_cluster(tmp_path_factory.mktemp("two_nodes")) as started:
+        yield started
+
+
+def _read_only_for(pids: list[int], directory: pathlib.Path) -> None:
+    """`directory` read-only in the mount namespaces of `pids` (and of what they start), writable elsewhere."""
+    for pid in pids:
+        subprocess.run(
+            ["nsenter", f"--target={pid}", "--mount", "mount", "--bind", "-o", "ro", str(directory), str(directory)],
+            check=True, capture_output=True, timeout=60,
+        )  # fmt: skip
+
+
+def _ssh_sessions(bed: HostsBed, host: str) -> int:
+    """ssh sessions sshd on `host` has started (one per agent started there)."""
+    log = bed.dir / f"sshd-{host}.log"
+    return log.read_text().count("Starting session: command") if log.exists() else 0
+
+
+def test_hosts_slurm_on_a_two_node_allocation_runs_one_worker_per_node_equal_to_two_cpu_workers(
+    two_nodes, reference, tmp_path
+):
+    """`uv run train --hosts slurm` in a batch job on two nodes: the node list from the allocation, rank 0 on the
+    first node, rank 1 on the second through an agent started over ssh; the same result as `--cpu-workers 2`, one
+    run directory, and nothing written by the second node (it sees the logs read-only)."""
+    cluster, bed = two_nodes
+    logs, out = tmp_path / "logs", tmp_path / "job.out"
+    logs.mkdir()
+    # Rank 1's processes start from hostb's sshd (its agent) and slurmd: a file they wrote under the logs would fail
+    # the run with "Read-only file system".
+    _read_only_for([bed.sshd_pid("hostb"), cluster.procs["slurmd-hostb"].pid], logs)
+    sessions = {host: _ssh_sessions(bed, host) for host in ("hosta", "hostb")}
+    train = " ".join(["uv", "run", "train", "Cartpole-Balance", *SMALL, "--hosts", "slurm", "--max-iterations", "3",
+                      "--logs-root", str(logs)])  # fmt: skip
+    job_id = _sbatch(cluster, out, "--nodes", "2", "--ntasks-per-node", "1", f"--wrap=exec {train}")
+    reference.start()
+    workers, watch = _hosts_running(bed, "spawn_main")  # torchrunx's workers, spawned by each host's agent
+    job = _wait_for_job(cluster, job_id, out, watch)
+    text = out.read_text()
+    assert job["JobState"] == "COMPLETED" and job["NodeList"] == "hosta,hostb", text[-4000:]
+    assert workers == {"hosta", "hostb"}
+    assert "2 workers x 16 envs = 32 envs" in text and "on 2 hosts (hosta, hostb)" in text, text[-4000:]
+    assert {h: _ssh_sessions(bed, h) - n for h, n in sessions.items()} == {"hosta": 0, "hostb": 1}
+    run_dir = _only_run(logs)
+    run = yaml.safe_load((run_dir / "params" / "run.yaml").read_text())
+    assert run["hosts"] == ["hosta", "hostb"] and run["world_size"] == 2 and run["slurm_job_id"] == job_id
+    worker_logs = {p.name: p.read_text() for p in run_dir.glob("torchrunx/*/*[[]0].log")}
+    assert sorted(worker_logs) == ["hosta[0].log", "hostb[0].log"], worker_logs
+    assert _metrics(run_dir) == reference.metrics()
+    assert [r["iteration"] for r in _metrics(run_dir)] == [0, 1, 2]
+    assert [p for p in logs.rglob("*") if not p.is_relative_to(run_dir)] == [logs / "cartpole_balance"]
+    assert _job_processes_left(cluster, bed) == {}  # the agent on hostb and its worker ended with the job
+
+
+def test_the_batch_script_on_two_nodes_runs_one_srun_task_per_node_as_one_run_equal_to_two_cpu_workers(
+    two_nodes, reference, tmp_path
+):
+    """The shipped script, unchanged, on `--nodes 2 --ntasks-per-node 1`: each task joins from its node (rank,
+    local rank and the first node as MASTER_ADDR from Slurm's variables), rank 1 on hostb writes nothing."""
+    cluster, bed = two_nodes
+    logs, out = tmp_path / "logs", tmp_path / "job.out"
+    logs.mkdir()
+    _read_only_for([cluster.procs["slurmd-hostb"].pid], logs)  # where hostb's task starts from
+    job_id = _sbatch(
+        cluster, out, "--nodes", "2", "--ntasks-per-node", "1", str(SCRIPT), "Cartpole-Balance", *SMALL,
+        "--max-iterations", "3", "--logs-root", str(logs),
+    )  # fmt: skip
+    reference.start()
+    workers, watch = _hosts_running(bed, "train Cartpole-Balance")  # each srun task is a worker
+    job = _wait_for_job(cluster, job_id, out, watch)
+    text = out.read_text()
+    assert job["JobState"] == "COMPLETED" and job["NodeList"] == "hosta,hostb", text[-4000:]
+    assert workers == {"hosta", "hostb"}
+    assert "2 workers x 16 envs = 32 envs" in text, text[-4000:]
+    run_dir = _only_run(logs)
+    run = yaml.safe_load((run_dir / "params" / "run.yaml").read_text())
+    assert run["world_size"] == 2 and run["slurm_job_id"] == job_id and run["slurm_step_id"] == "0"
+    assert _metrics(run_dir) == reference.metrics()
+    assert [p for p in logs.rglob("*") if not p.is_relative_to(run_dir)] == [logs / "cartpole_balance"]
+    assert _job_processes_left(cluster, bed) == {}
+
+
+def _hosts_running(bed: HostsBed, needle: str) -> tuple[set[str], Callable[[], None]]:
+    """A set, and the function that adds to it each test bed host (told by the network namespace) that runs a
+    process whose command line holds `needle`."""
+    hosts: set[str] = set()
+
+    def watch() -> None:
+        for pid, host in processes_in_namespaces(bed.net_namespaces()).items():
+            cmd = _cmdline(pid)
+            if needle in cmd and "resource_tracker" not in cmd:
+                hosts.add(host)
+
+    return hosts, watch
+
+
+def _job_processes_left(cluster: SlurmCluster, bed: HostsBed, seconds: float = 60) -> dict[int, str]:
+    """The processes other than the daemons still in the test bed's hosts once none is left or `seconds` passed
+    (a hang guard: the job's processes end with it)."""
+    daemons = {p.pid for p in cluster.procs.values()} | {bed.sshd_pid(h) for h in ("login", "hosta", "hostb")}
+    deadline = time.monotonic() + seconds
+    while True:
+        left = {
+            pid: f"{host}: {_cmdline(pid)}"
+            for pid, host in processes_in_namespaces(bed.net_namespaces()).items()
+            if pid not in daemons
+            and parent_pid(pid) != cluster.procs["slurmctld"].pid  # not its slurmscriptd
+        }
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.2)
+
+
 def test_a_requeued_job_continues_the_same_run_from_its_latest_checkpoint(cluster, tmp_path):
     """Preemption: `scontrol requeue` mid-run sends Slurm's SIGTERM; the workers save, and the same job, started
     again by Slurm with the same unchanged script, continues that run directory. Then the time-limit warning
@@ -268,9 +408,25 @@ def test_every_daemon_is_stopped_by_pid_even_when_the_test_fails(tmp_path):
         started = {name: proc.pid for name, proc in own.procs.items()}
         assert subprocess.run(["sinfo", "-h"], env=_env(own), capture_output=True, timeout=60).returncode == 0
         raise RuntimeError("deliberate failure inside the cluster's block")
-    assert sorted(started) == ["munged", "slurmctld", "slurmd"]
+    assert sorted(started) == ["munged", "slurmctld", f"slurmd-{own.node}"]
     for name, pid in started.items():
         assert not _alive(pid), f"{name} (pid {pid}) still runs"
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return pathlib.Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
+    except OSError:
+        return "(ended)"
+
+
+def _runs(proc: psutil.Process) -> bool:
+    """Whether `proc` still runs: is_running() tells a pid taken by a new process (pids wrap around on a busy
+    machine) from the one seen."""
+    try:
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
 
 
 def _alive(pid: int) -> bool:
@@ -279,3 +435,28 @@ def _alive(pid: int) -> bool:
             return f.read().split(") ", 1)[1][0] != "Z"
     except (OSError, IndexError):
         return False
+
+
+@needs_testbed
+def test_a_two_node_cluster_stops_every_daemon_and_job_process_by_pid_even_when_the_test_fails(tmp_path):
+    seen: dict[psutil.Process, tuple[str, str]] = {}  # (host, command line), while the job runs
+    with pytest.raises(RuntimeError, match="deliberate"), running_two_node_cluster(tmp_path) as (own, bed):
+        inodes = bed.net_namespaces()
+        munged = psutil.Process(own.procs["munged"].pid)  # in this machine's network, not the bed's
+        _sbatch(own, tmp_path / "job.out", "--nodes", "2", "--wrap=srun sleep 600")
+        deadline = time.monotonic() + JOB_TIMEOUT_S
+        while {"hosta", "hostb"} - {host for host, cmd in seen.values() if cmd.endswith("sleep 600")}:
+            assert time.monotonic() < deadline, f"the job's steps never started: {seen}"
+            time.sleep(0.2)
+            seen = {}
+            for pid, host in processes_in_namespaces(inodes).items():
+                with contextlib.suppress(psutil.Error):
+                    seen[psutil.Process(pid)] = (host, _cmdline(pid))
+        raise RuntimeError("deliberate failure while a job runs on both nodes")
+    kinds = {os.path.basename(cmd.split()[0]) for _, cmd in seen.values() if cmd}
+    assert {"slurmctld", "slurmd", "slurmstepd:", "sshd:", "srun", "sleep"} <= kinds, kinds
+    assert [(p.pid, seen.get(p)) for p in [*seen, munged] if _runs(p)] == []
+    assert processes_in_namespaces(inodes) == {}
+    assert not [
+        h for h in ("login", "hosta", "hostb") if pathlib.Path(f"/run/netns/{bed.prefix}-{h}").exists()
+    ]
