@@ -22,6 +22,7 @@ Evaluate a policy: the latest checkpoint of the task's experiment unless told ot
   play Cartpole-Balance --video --export             also an mp4 of env 0 and exported/policy.onnx
   play Cartpole-Balance --viewer                     watch live: MuJoCo's window with a display, else a browser
   play Quadruped-Velocity-Flat --viewer viser        in a web browser (prints the URL; 127.0.0.1 only)
+  play Quadruped-Velocity-Flat --pretrained --viewer   watch the policy that ships with mjfleet
   play Cartpole-Balance --agent random               a baseline without a checkpoint (random or zero)
   play Quadruped-Velocity-Flat --baselines --command 0.5 0 0   trained vs zero vs random, one fixed command
   play Quadruped-Velocity-Flat --action-percentiles 2.5 97.5   the actions' range, as SAC bounds
@@ -38,6 +39,10 @@ class PlayFlags:
     """A run directory path, or a regex over run directory names (newest match). Default: the newest run with
     a checkpoint in <logs-root>/<experiment>."""
     logs_root: str = "logs"
+    pretrained: bool = False
+    """Play the policy that ships with mjfleet for this task instead of a run's checkpoint:
+    src/mjfleet/pretrained/<Task>/, with its training command, device, date and commit in
+    pretrained.json (docs/tasks.md). Outputs go to <logs-root>/<experiment>/pretrained/."""
     wandb_run_path: str | None = None
     """Play a checkpoint that a wandb run stored locally: `entity/project/run_id` (found under
     <logs-root>/*/*/wandb/*run-*-<run_id>/files/) or a wandb run directory; --checkpoint N picks model_N.pt.
@@ -160,8 +165,21 @@ def check_flags(flags: Any) -> None:
             )
         if flags.export:
             raise UsageError(f"--export needs a trained policy, not --agent {flags.policy}")
-        if flags.checkpoint is not None or flags.load_run is not None or flags.wandb_run_path is not None:
-            raise UsageError(f"--agent {flags.policy} takes no --checkpoint/--load-run/--wandb-run-path")
+        if (
+            flags.checkpoint is not None
+            or flags.load_run is not None
+            or flags.wandb_run_path is not None
+            or flags.pretrained
+        ):
+            raise UsageError(
+                f"--agent {flags.policy} takes no --checkpoint/--load-run/--wandb-run-path/--pretrained"
+            )
+    if flags.pretrained and (
+        flags.checkpoint is not None or flags.load_run is not None or flags.wandb_run_path is not None
+    ):
+        raise UsageError(
+            "--pretrained plays the policy that ships with mjfleet: drop --checkpoint/--load-run/--wandb-run-path"
+        )
     if flags.wandb_run_path is not None and flags.load_run is not None:
         raise UsageError("--wandb-run-path and --load-run both choose the run: pass one of them")
 

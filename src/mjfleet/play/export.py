@@ -15,17 +15,19 @@ def export_checkpoint_policy(
     checkpoint: pathlib.Path,
     state: dict[str, Any],
     evaluation_command: tuple[float, ...] | None = None,
+    out: pathlib.Path | None = None,
 ) -> dict[str, Any]:
     """Export `actor` (checked against torch); returns each written file by kind and the ONNX check's error.
 
-    `evaluation_command` is play's --command, if any: the metadata keeps it apart from the training ranges."""
+    `evaluation_command` is play's --command, if any: the metadata keeps it apart from the training ranges.
+    `out` is the folder written (default: <the checkpoint's run directory>/exported)."""
     from mjfleet.rl.export import export_policy, policy_metadata
     from mjfleet.runs.checkpoints import checkpoint_run_dir
 
     meta = policy_metadata(
         env, actor, obs, task, evaluation_command, iteration=state["iter"], checkpoint=str(checkpoint)
     )
-    out = checkpoint_run_dir(checkpoint) / "exported"
+    out = out if out is not None else checkpoint_run_dir(checkpoint) / "exported"
     note_replaced_export(out / "policy.json", int(state["iter"]))
     files = export_policy(actor, obs, out, meta)
     exported: dict[str, Any] = {kind: str(path) for kind, path in files.items()}

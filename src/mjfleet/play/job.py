@@ -48,7 +48,7 @@ def play(task_name: str, flags: Any) -> dict[str, Any]:
     play_keys = play_setting_keys(spec) if not flags.train_env else set()
     if play_keys:
         print_play_settings(spec.name, env_cfg, play_keys)
-    source = choose_policy(flags, agent_cfg.experiment_name)
+    source = choose_policy(flags, agent_cfg.experiment_name, spec.name)
     if source.state is not None:
         notice_differences(
             spec.name, env_cfg, source.state, fixed_command=flags.command is not None, on_purpose=play_keys
@@ -87,8 +87,9 @@ def play(task_name: str, flags: Any) -> dict[str, Any]:
             )  # check_flags: needs a checkpoint
             try:
                 exported = export_checkpoint_policy(
-                    env, actor, obs, spec.name, source.checkpoint, source.state, flags.command
-                )
+                    env, actor, obs, spec.name, source.checkpoint, source.state, flags.command,
+                    out=source.out_dir / "exported",
+                )  # fmt: skip
             except ExportError as exc:  # the evaluation is kept (eval.json below), then the error ends play
                 exported, export_error = {"error": str(exc)}, exc
 

@@ -24,8 +24,9 @@ class PolicySource:
     """How the summary names the policy."""
 
 
-def choose_policy(flags: Any, experiment_name: str) -> PolicySource:
-    """The checkpoint `flags` choose (--checkpoint, --load-run, --wandb-run-path), or the baseline of --agent."""
+def choose_policy(flags: Any, experiment_name: str, task: str) -> PolicySource:
+    """The checkpoint `flags` choose (--checkpoint, --load-run, --wandb-run-path, --pretrained), or the baseline
+    of --agent."""
     from mjfleet.runs.checkpoints import (
         checkpoint_run_dir,
         find_checkpoint,
@@ -36,6 +37,8 @@ def choose_policy(flags: Any, experiment_name: str) -> PolicySource:
     if flags.policy != "checkpoint":
         out_dir = pathlib.Path(flags.logs_root) / experiment_name / f"baseline_{flags.policy}"
         return PolicySource(None, None, out_dir, f"{flags.policy} actions")
+    if flags.pretrained:
+        return _pretrained_source(flags, experiment_name, task)
     if flags.wandb_run_path is not None:
         checkpoint = find_wandb_checkpoint(flags.wandb_run_path, flags.logs_root, flags.checkpoint)
     else:
@@ -44,6 +47,21 @@ def choose_policy(flags: Any, experiment_name: str) -> PolicySource:
     state = read_checkpoint(checkpoint, map_location="cpu")
     label = f"{checkpoint.name} (iteration {state['iter']})"
     return PolicySource(checkpoint, state, checkpoint_run_dir(checkpoint), label)
+
+
+def _pretrained_source(flags: Any, experiment_name: str, task: str) -> PolicySource:
+    """The policy that ships for `task`; its outputs go under <logs-root>, never into the installed package."""
+    from mjfleet.play.pretrained import describe, pretrained_checkpoint, read_provenance
+    from mjfleet.runs.checkpoints import read_checkpoint
+
+    checkpoint = pretrained_checkpoint(task)
+    state = read_checkpoint(checkpoint, map_location="cpu")
+    provenance = read_provenance(task)
+    if provenance.get("trained_on"):  # what it was trained for, where that is narrower than the task
+        print(f"pretrained policy of {task}: trained on {provenance['trained_on']}")
+    label = f"pretrained policy (iteration {state['iter']}, {describe(provenance)})"
+    out_dir = pathlib.Path(flags.logs_root) / experiment_name / "pretrained"
+    return PolicySource(checkpoint, state, out_dir, label)
 
 
 def build_checkpoint_actor(source: PolicySource, obs: Any, env: Any, device: str, task: str) -> Any:
