@@ -63,6 +63,7 @@ for stage in "$@"; do
         #   pretrained/Humanoid-Velocity-Flat/{model.pt,pretrained.json,policy.onnx,policy.json,model.xml}
         #                           the best checkpoint as `play --pretrained` reads it, and its export: commit
         #                           it as src/mjfleet/pretrained/Humanoid-Velocity-Flat/ (docs/tasks.md)
+        # HUMANOID_LEARN_MINUTES / HUMANOID_LEARN_WALL_MINUTES shorten it where the call must also install.
         # Set MJFLEET_COMMIT=<the commit sent> (the machine's copy has no .git) for pretrained.json. The dry run on
         # CPU (tests/test_gpu_stage.py) sets HUMANOID_DEVICE=cpu and tiny sizes in HUMANOID_LEARN_ARGS/PLAY_ARGS.
         task=Humanoid-Velocity-Flat
@@ -91,7 +92,8 @@ for stage in "$@"; do
                 mv "$best/exported/policy.onnx" "$best/exported/policy.json" "$best/exported/model.xml" "$best/"
                 rm -rf "$best/exported"
                 python3 -c 'import sys; from mjfleet.play.pretrained import record_play; record_play(*sys.argv[1:])' \
-                    "$best" "$scratch/eval.json" "play $task --pretrained --command 0.5 0 0 --episodes 64 --num-envs 64"
+                    "$best" "$scratch/eval.json" \
+                    "uv run play $task --pretrained --command 0.5 0 0 --episodes 64 --num-envs 64 --baselines"
                 status=$((status | $?))
             fi
         fi
