@@ -33,7 +33,8 @@ _BINARY = {
     ast.Div: np.divide,
     ast.Pow: np.power,
 }
-_COMPARE = {ast.Gt: np.greater, ast.Lt: np.less, ast.GtE: np.greater_equal, ast.LtE: np.less_equal}
+_COMPARE = {ast.Gt: np.greater, ast.Lt: np.less, ast.GtE: np.greater_equal, ast.LtE: np.less_equal,
+            ast.Eq: np.equal}  # fmt: skip
 
 
 def evaluate_expression(node: ast.AST, names: dict[str, np.ndarray]):
@@ -41,7 +42,7 @@ def evaluate_expression(node: ast.AST, names: dict[str, np.ndarray]):
     the functions above) without Python's eval: an export cannot run code."""
     if isinstance(node, ast.Expression):
         return evaluate_expression(node.body, names)
-    if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)):
+    if isinstance(node, ast.Constant) and isinstance(node.value, (int, float, np.ndarray)):
         return node.value
     if isinstance(node, ast.List):
         return np.array([evaluate_expression(e, names) for e in node.elts])
@@ -71,7 +72,23 @@ def evaluate_expression(node: ast.AST, names: dict[str, np.ndarray]):
 
 
 def compile_expression(text: str) -> ast.Expression:
-    return ast.parse(text, mode="eval")
+    """The parsed expression, its lists of numbers made arrays once (rebuilt at every step, the joint-limit term's
+    46 numbers cost the humanoid more than its four physics steps, by cProfile)."""
+    tree = ast.parse(text, mode="eval")
+    for node in ast.walk(tree):
+        for field, value in ast.iter_fields(node):
+            if isinstance(value, list):  # a call's arguments
+                setattr(node, field, [_folded(v) for v in value])
+            elif isinstance(value, ast.List):
+                setattr(node, field, _folded(value))
+    return tree
+
+
+def _folded(node):
+    """A list that names nothing as a constant array; any other node as it is."""
+    if isinstance(node, ast.List) and not any(isinstance(n, ast.Name) for n in ast.walk(node)):
+        return ast.Constant(evaluate_expression(node, {}))
+    return node
 
 
 # ------------------------------------------------------------------ the export
@@ -111,6 +128,8 @@ class Export:
         self.rewards = [(t["name"], float(t["weight"]), compile_expression(t["expression"]))
                         for t in rules["rewards"]["terms"]]  # fmt: skip
         self.metrics = {k: compile_expression(v) for k, v in (rules.get("metrics") or {}).items()}
+        self.ends = [(t, compile_expression(t["expression"]) if t["kind"] == "expression" else None)
+                     for t in rules["terminations"]]  # fmt: skip
         self.state_rule = self.meta.get(
             "state"
         )  # a recurrent policy's hidden state: carried, reset per episode
@@ -132,8 +151,9 @@ class Export:
 # ------------------------------------------------------------------ one robot in MuJoCo C
 def quat_rotate_inverse(q: np.ndarray, v: np.ndarray) -> np.ndarray:
     """v (world) in the frame of the unit quaternion q = (w, x, y, z)."""
-    w, u = q[0], q[1:4]
-    return v * (2 * w * w - 1) - np.cross(u, v) * 2 * w + u * 2 * np.dot(u, v)
+    w, (x, y, z), (a, b, c) = q[0], q[1:4], v
+    cross = np.array([y * c - z * b, z * a - x * c, x * b - y * a])  # u x v: np.cross is slow on 3-vectors
+    return v * (2 * w * w - 1) - cross * 2 * w + q[1:4] * 2 * (x * a + y * b + z * c)
 
 
 class Episode:
@@ -146,6 +166,7 @@ class Episode:
             name: np.zeros(len(c["columns"])) for name, c in (export.rules["commands"] or {}).items()
         }
         self.foot = export.rules.get("foot_contact")
+        self.quantity_rules = export.rules.get("quantities") or []
         self.push = None
 
     # ---- reset
@@ -174,10 +195,11 @@ class Episode:
         self.last_action = np.zeros_like(self.action)
         self.command_steps = 0
         self.draw_commands()
+        self.last_xy: dict[str, np.ndarray] = {}  # body_speed_xy's positions at the previous policy step
         if self.foot:
             n = len(self.foot["touch_sensor_adr"])
-            self.air_time, self.last_contact = np.zeros(n), np.zeros(n, bool)
-            self.first_contact, self.touchdown_air_time = np.zeros(n, bool), np.zeros(n)
+            self.air_time, self.touchdown_air_time = np.zeros(n), np.zeros(n)
+            self.foot_contact, self.last_contact, self.first_contact = (np.zeros(n, bool) for _ in range(3))
         if self.push:
             self.push_steps = self.draw_push_steps()
 
@@ -211,11 +233,31 @@ class Episode:
                 q[source["name"]] = self.observe(source)
         if self.foot:
             q["first_contact"], q["touchdown_air_time"] = self.first_contact, self.touchdown_air_time
+            q["foot_contact"] = self.foot_contact
         in_contact = np.zeros(self.m.ngeom, bool)
-        for c in d.contact[: d.ncon]:
-            in_contact[c.geom1] = in_contact[c.geom2] = True
+        in_contact[d.contact.geom[: d.ncon].ravel()] = True  # (ncon, 2) geom ids
         q["geom_in_contact"] = in_contact
+        for rule in self.quantity_rules:
+            q[rule["name"]] = self.quantity(rule)
         return q
+
+    def quantity(self, rule: dict) -> np.ndarray:
+        """One of `deployment.quantities`, for the state the last policy step reached (once per step: a speed
+        remembers the positions it was called with)."""
+        d, kind = self.d, rule["kind"]
+        if kind == "body_z":
+            return d.xpos[rule["bodies"], 2] - rule.get("offset", 0.0)
+        if kind == "body_speed_xy":  # finite difference over the policy step; 0 on an episode's first step
+            xy, last = d.xpos[rule["bodies"], 0:2].copy(), self.last_xy.get(rule["name"])
+            self.last_xy[rule["name"]] = xy
+            if self.length <= 1 or last is None:
+                return np.zeros(len(xy))
+            return np.linalg.norm((xy - last) / self.x.step_dt, axis=1)
+        if kind == "contacts_between":
+            a, b = d.contact.geom[: d.ncon].T
+            one, two = rule["geoms1"], rule["geoms2"]
+            return np.sum((np.isin(a, one) & np.isin(b, two)) | (np.isin(b, one) & np.isin(a, two)))
+        raise SystemExit(f"error: quantity kind {kind!r} is not implemented here ({rule['name']})")
 
     def observe(self, s: dict) -> np.ndarray:
         d, kind = self.d, s["kind"]
@@ -261,6 +303,7 @@ class Episode:
                 d.qpos[i] = np.clip(d.qpos[i], -lim, lim)
         if self.foot:
             touch = d.sensordata[self.foot["touch_sensor_adr"]] > self.foot["force_above"]
+            self.foot_contact = touch
             contact = touch | self.last_contact
             self.last_contact = touch
             self.first_contact = (self.air_time > 0) & contact
@@ -277,11 +320,13 @@ class Episode:
         cause = self.termination(q)
         if cause is None and self.length >= x.max_steps:
             cause = "time_out"
+        q["terminated"] = float(cause not in (None, "time_out"))
         reward = 0.0
+        self.terms = {}
         for name, weight, expr in x.rewards:
-            value = float(
-                np.nan_to_num(weight * evaluate_expression(expr, q), nan=0.0, posinf=0.0, neginf=0.0)
-            )
+            value = weight * float(evaluate_expression(expr, q))
+            value = value if math.isfinite(value) else 0.0
+            self.terms[name] = value
             self.reward_sums[name] += value
             reward += value
         if x.rules["rewards"].get("clip_total_below_zero"):
@@ -303,8 +348,10 @@ class Episode:
         d = self.d
         if not (np.isfinite(d.qpos).all() and np.isfinite(d.qvel).all()):
             return "nan"
-        for rule in self.x.rules["terminations"]:
+        for rule, expression in self.x.ends:
             kind = rule["kind"]
+            if kind == "expression" and np.any(evaluate_expression(expression, q)):
+                return rule["cause"]
             if kind == "qpos_abs_above" and (np.abs(d.qpos[rule["index"]]) > rule["limit"]).any():
                 return rule["cause"]
             if kind == "geom_contact" and q["geom_in_contact"][rule["geoms"]].any():
@@ -410,21 +457,30 @@ def conditions(export: Export) -> list[tuple[str, dict]]:
     return rows
 
 
-def dump_actions(export: Export, state: pathlib.Path, steps: int, out: pathlib.Path, command) -> None:
+def dump_actions(export: Export, state: pathlib.Path, steps: int, out: pathlib.Path, command,
+                 rewards_out: pathlib.Path | None = None) -> None:  # fmt: skip
     """The policy's first `steps` actions (before clipping) from the initial state in `state` (an .npz with qpos,
-    qvel and optionally command), saved as a (steps, num_actions) .npy."""
+    qvel and optionally command), saved as a (steps, num_actions) .npy; with `rewards_out`, each step's weighted
+    reward terms, reward and end cause as JSON ({"terms": {name: [...]}, "reward": [...], "cause": [...]})."""
     init = np.load(state)
     cmd = init["command"].tolist() if "command" in init.files else command
     ep = Episode(export, export.model, np.random.default_rng(0), cmd)
     ep.reset(qpos=init["qpos"].astype(np.float64), qvel=init["qvel"].astype(np.float64))
     export.reset_state()
-    actions = []
+    actions, record = [], {"terms": {name: [] for name, _, _ in export.rewards}, "reward": [], "cause": []}
     for _ in range(steps):
         a = export.act(ep.observation())
         actions.append(a)
-        if ep.step(a)[2] is not None:
+        reward, _, cause = ep.step(a)
+        for name, value in ep.terms.items():
+            record["terms"][name].append(value)
+        record["reward"].append(reward)
+        record["cause"].append(cause)
+        if cause is not None:
             break
     np.save(out, np.array(actions))
+    if rewards_out is not None:
+        rewards_out.write_text(json.dumps(record))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -444,6 +500,7 @@ def main(argv: list[str] | None = None) -> int:
         "--initial-state", type=pathlib.Path, default=None, help=".npz: qpos, qvel[, command]"
     )
     parser.add_argument("--dump-steps", type=int, default=50)
+    parser.add_argument("--dump-rewards", type=pathlib.Path, default=None, help="with --dump-actions: .json")
     args = parser.parse_args(argv)
     if args.episodes < 1:
         parser.error(f"--episodes must be >= 1, got {args.episodes}")
@@ -456,7 +513,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.dump_actions is not None:
         if args.initial_state is None:
             parser.error("--dump-actions needs --initial-state")
-        dump_actions(export, args.initial_state, args.dump_steps, args.dump_actions, args.command)
+        dump_actions(
+            export, args.initial_state, args.dump_steps, args.dump_actions, args.command, args.dump_rewards
+        )
         print(json.dumps({"dumped": str(args.dump_actions)}))
         return 0
     start = time.perf_counter()

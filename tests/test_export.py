@@ -98,7 +98,8 @@ def test_every_registered_task_exports_after_one_iteration_to_a_folder_that_depl
     task, tmp_path
 ):
     """Each task's policy after one tiny training iteration exports (ONNX, TorchScript, metadata, the model as
-    MJCF checked to compile to the trained model), and the folder's MJCF loads by itself, heightfields included."""
+    MJCF checked to compile to the trained model), and the folder's MJCF loads by itself, heightfields included.
+    Every flat-ground task states its episode rules (`deployment`); rough ground does not yet (docs/deploy.md)."""
     import mujoco
     import numpy as np
 
@@ -122,3 +123,5 @@ def test_every_registered_task_exports_after_one_iteration_to_a_folder_that_depl
     assert (deployed.nq, deployed.nu, deployed.nbody) == (trained.nq, trained.nu, trained.nbody)
     np.testing.assert_array_equal(deployed.hfield_data, trained.hfield_data)
     np.testing.assert_array_equal(deployed.body_mass, trained.body_mass)
+    rules = json.loads(files["metadata"].read_text())["deployment"]
+    assert (rules is None) == task.endswith("-Rough"), "a term without its deployment expression?"

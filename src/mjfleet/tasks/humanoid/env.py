@@ -37,6 +37,15 @@ class HumanoidEnv(LocomotionEnv):
     undesired_contact_geoms = (*(f"{side}_{part}" for side in SIDES for part in ("thigh", "shin", "hand")),)
     reward_terms = rewards.TERMS
 
+    def deployment_rules(self, trained_cfg: dict | None = None) -> dict | None:
+        """How an episode runs, for an exported policy's metadata (mjfleet.tasks.humanoid.deploy); None on rough
+        ground (its reset and height scan need the terrain's tiles, which the vocabulary cannot state yet)."""
+        if self.terrain is not None:
+            return None
+        from mjfleet.tasks.humanoid.deploy import deployment_rules
+
+        return deployment_rules(self, trained_cfg)
+
     def simulation_sizes(self) -> dict:
         if self.terrain is None:
             return super().simulation_sizes()

@@ -12,9 +12,18 @@ import math
 from typing import Any
 
 
-def deployment_rules(env, trained_cfg: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The rules of an episode of `env`, a flat-ground LocomotionEnv with the quadruped's own terms (the env
-    decides that, in its `deployment_rules`: this module reads the env's state and does not import its class).
+def trained_commands(env, trained_cfg: dict[str, Any] | None) -> dict[str, Any]:
+    """The command settings the policy learnt: the training run's where known, else `env`'s own."""
+    return {**dataclasses.asdict(env.cfg.commands), **((trained_cfg or {}).get("commands") or {})}
+
+
+def deployment_rules(
+    env, trained_cfg: dict[str, Any] | None = None, more_rewards: dict[str, str] | None = None
+) -> dict[str, Any] | None:
+    """The rules of an episode of `env`, a flat-ground LocomotionEnv (the env decides that, in its
+    `deployment_rules`: this module reads the env's state and does not import its class). The quadruped's reward
+    terms are stated here; a robot with terms of its own passes their expressions as `more_rewards`. None when a
+    weighted term has no expression: the rules would misstate the reward.
 
     `trained_cfg` is the training run's env config (a dict, from the checkpoint) where known: its command ranges are
     the ones the policy learnt (not play's --command, which `policy_metadata` records apart as the evaluation
@@ -23,7 +32,7 @@ def deployment_rules(env, trained_cfg: dict[str, Any] | None = None) -> dict[str
     """
     cfg, m = env.cfg, env.mj_model
     trained = trained_cfg or {}
-    c = {**dataclasses.asdict(cfg.commands), **(trained.get("commands") or {})}
+    c = trained_commands(env, trained_cfg)
     qj, vj = env._qj, env._vj
     default = [float(x) for x in env.default_joint_pos.cpu()]
     lower = [float(x) for x in env.soft_joint_lower.cpu()]
@@ -53,7 +62,10 @@ def deployment_rules(env, trained_cfg: dict[str, Any] | None = None) -> dict[str
             f"sum((touchdown_air_time - {cfg.feet_air_time_threshold!r}) * first_contact)"
             f" * (norm(command[0:2]) > {c['min_speed']!r})"
         ),
+        **(more_rewards or {}),
     }
+    if not env.reward_weights.keys() <= rewards.keys():
+        return None
     trained_events = trained.get("events") or {}
     friction = trained_events.get("foot_friction", ev.foot_friction)
     mass = trained_events.get("added_trunk_mass", ev.added_trunk_mass)

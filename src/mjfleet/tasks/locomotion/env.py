@@ -86,8 +86,8 @@ class LocomotionEnv(MujocoVecEnv):
 
     def deployment_rules(self, trained_cfg: dict | None = None) -> dict | None:
         """How an episode runs, for an exported policy's metadata (mjfleet.tasks.locomotion.deploy); None where
-        that vocabulary cannot state it: a subclass with terms of its own (the humanoid), or rough ground (its
-        reset and height scan need the terrain's tiles)."""
+        that vocabulary cannot state it: a subclass with terms of its own that does not override this (the
+        humanoid does), or rough ground (its reset and height scan need the terrain's tiles)."""
         if type(self) is not LocomotionEnv or self.terrain is not None:
             return None
         from mjfleet.tasks.locomotion.deploy import deployment_rules
