@@ -439,24 +439,47 @@ def _alive(pid: int) -> bool:
 
 @needs_testbed
 def test_a_two_node_cluster_stops_every_daemon_and_job_process_by_pid_even_when_the_test_fails(tmp_path):
+    """A failure while `train --hosts slurm` trains on both nodes (a long run: its agent on hostb started over ssh,
+    a worker on each node): every process of the job, the Slurm daemons, the sshds and munged end, and the
+    namespaces are deleted."""
     seen: dict[psutil.Process, tuple[str, str]] = {}  # (host, command line), while the job runs
+    train = " ".join(["uv", "run", "train", "Cartpole-Balance", *SMALL, "--hosts", "slurm", "--max-iterations",
+                      "100000", "--logs-root", str(tmp_path / "logs")])  # fmt: skip
     with pytest.raises(RuntimeError, match="deliberate"), running_two_node_cluster(tmp_path) as (own, bed):
         inodes = bed.net_namespaces()
         munged = psutil.Process(own.procs["munged"].pid)  # in this machine's network, not the bed's
-        _sbatch(own, tmp_path / "job.out", "--nodes", "2", "--wrap=srun sleep 600")
+        _sbatch(own, tmp_path / "job.out", "--nodes", "2", f"--wrap=exec {train}")
         deadline = time.monotonic() + JOB_TIMEOUT_S
-        while {"hosta", "hostb"} - {host for host, cmd in seen.values() if cmd.endswith("sleep 600")}:
-            assert time.monotonic() < deadline, f"the job's steps never started: {seen}"
+        while _running(seen) != {
+            ("hostb", "mjfleet.launch.agent"),
+            ("hosta", "spawn_main"),
+            ("hostb", "spawn_main"),
+        }:
+            assert time.monotonic() < deadline, (
+                f"the run never started on both nodes: {_tail(tmp_path / 'job.out')}"
+            )
             time.sleep(0.2)
             seen = {}
             for pid, host in processes_in_namespaces(inodes).items():
                 with contextlib.suppress(psutil.Error):
                     seen[psutil.Process(pid)] = (host, _cmdline(pid))
-        raise RuntimeError("deliberate failure while a job runs on both nodes")
+        raise RuntimeError("deliberate failure while a job trains on both nodes")
     kinds = {os.path.basename(cmd.split()[0]) for _, cmd in seen.values() if cmd}
-    assert {"slurmctld", "slurmd", "slurmstepd:", "sshd:", "srun", "sleep"} <= kinds, kinds
+    assert {"slurmctld", "slurmd", "slurmstepd:", "sshd:", "ssh"} <= kinds, kinds  # ssh: to hostb's agent
     assert [(p.pid, seen.get(p)) for p in [*seen, munged] if _runs(p)] == []
     assert processes_in_namespaces(inodes) == {}
     assert not [
         h for h in ("login", "hosta", "hostb") if pathlib.Path(f"/run/netns/{bed.prefix}-{h}").exists()
     ]
+
+
+def _running(seen: dict[psutil.Process, tuple[str, str]]) -> set[tuple[str, str]]:
+    """Which of a run's agents started over ssh and its workers ran where, as (host, what) pairs."""
+    return {
+        (host, what)
+        for host, cmd in seen.values()
+        for what in ("mjfleet.launch.agent", "spawn_main")
+        if what in cmd
+        and "resource_tracker" not in cmd
+        and not (what == "mjfleet.launch.agent" and host == "hosta")
+    }

@@ -114,6 +114,9 @@ down() {
     if [ -s "$DIR/sshd-$host.pid" ]; then
       pid=$(cat "$DIR/sshd-$host.pid")
       kill "$pid" 2>/dev/null || true
+      # SIGTERM is not the end: wait for it (5 s, then SIGKILL), so that nothing runs once `down` returns.
+      for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+      if kill -0 "$pid" 2>/dev/null; then kill -9 "$pid" 2>/dev/null || true; fi
       rm -f "$DIR/sshd-$host.pid"
     fi
     ip netns del "$(ns "$host")" 2>/dev/null || true
