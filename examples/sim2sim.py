@@ -96,6 +96,7 @@ class Export:
     """policy.onnx + policy.json + model.xml of one exported folder."""
 
     def __init__(self, folder: pathlib.Path) -> None:
+        self.folder = folder
         self.meta = json.loads((folder / "policy.json").read_text())
         rules = self.meta.get("deployment")
         if not rules:
@@ -507,7 +508,6 @@ def main(argv: list[str] | None = None) -> int:
     if not (args.export / "policy.json").is_file():
         parser.error(f"{args.export} holds no policy.json: pass an exported folder")
     export = Export(args.export)
-    export.folder = args.export
     if args.command is not None and not export.rules.get("commands"):
         parser.error(f"--command: {export.meta['task']} takes no command")
     if args.dump_actions is not None:

@@ -430,3 +430,19 @@ def test_the_export_check_runs_without_onnxruntime(cartpole, monkeypatch):
     with pytest.raises(ImportError):
         import onnxruntime  # noqa: F401
     assert check_onnx(run_dir / "exported" / "policy.onnx", actor, obs) <= ONNX_TOLERANCE
+
+
+def test_the_example_evaluates_a_perturbed_model_when_imported_as_a_module(cartpole):
+    """A deployer's own script imports sim2sim and calls `evaluate` with a condition (as `--perturb` does); the
+    perturbed model is read from the export's folder, which the Export must know without `main`."""
+    import importlib.util
+
+    run_dir, _ = cartpole
+    spec = importlib.util.spec_from_file_location("sim2sim_example", EXAMPLE)
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    export = example.Export(run_dir / "exported")
+    weak = example.evaluate(export, 2, 0, None, {"kp_scale": 0.5})
+    nominal = example.evaluate(export, 2, 0, None)
+    assert weak["episodes"] == nominal["episodes"] == 2
+    assert weak["mean_return"] != nominal["mean_return"]  # the condition reached the model
