@@ -120,3 +120,44 @@ def test_a_pretrained_folder_keeps_what_play_reads_and_refuses_missing_provenanc
     again = read_checkpoint(written)
     assert "optimizer_state_dict" not in again and again["iter"] == state["iter"]
     assert json.loads((tmp_path / QUADRUPED / PROVENANCE).read_text()) == provenance
+
+
+MACHINE_PATH = re.compile(r"(?<![\w.])/(?:tmp|work|home|root|Users|scratch|mnt)/")
+
+
+def _texts(folder):
+    """Every text a shipped folder carries: its JSON and XML files and the ONNX model's metadata."""
+    import onnx
+
+    texts = {p.name: p.read_text() for p in folder.iterdir() if p.suffix in (".json", ".xml")}
+    if (folder / "policy.onnx").is_file():
+        for prop in onnx.load(str(folder / "policy.onnx")).metadata_props:
+            texts[f"policy.onnx:{prop.key}"] = prop.value
+    return texts
+
+
+@pytest.mark.parametrize("task", pretrained_tasks())
+def test_no_shipped_file_carries_a_path_of_the_machine_that_made_it(task):
+    found = {name: MACHINE_PATH.search(text) for name, text in _texts(PRETRAINED_ROOT / task).items()}
+    assert {name: m.group(0) for name, m in found.items() if m} == {}
+
+
+def test_recording_plays_evaluation_names_the_checkpoint_by_task_not_by_path(tmp_path):
+    """The GPU stage exports its best checkpoint from a scratch path, then records play's evaluation."""
+    import shutil
+
+    from mjfleet.play.pretrained import record_play
+
+    folder = tmp_path / QUADRUPED
+    shutil.copytree(PRETRAINED_ROOT / QUADRUPED, folder)
+    meta = json.loads((folder / "policy.json").read_text())
+    meta["checkpoint"] = meta["mjlab"]["run_path"] = str(tmp_path / "scratch" / "model.pt")
+    (folder / "policy.json").write_text(json.dumps(meta, indent=2) + "\n")
+    eval_json = tmp_path / "eval.json"
+    eval_json.write_text(json.dumps({"mean_return": 1.0, "episodes": 2}))
+    record_play(folder, eval_json, f"uv run play {QUADRUPED} --pretrained")
+    texts = _texts(folder)
+    assert json.loads(texts["policy.json"])["checkpoint"] == f"pretrained:{QUADRUPED}"
+    assert json.loads(texts["policy.onnx:checkpoint"]) == f"pretrained:{QUADRUPED}"
+    assert texts["policy.onnx:run_path"] == f"pretrained:{QUADRUPED}"
+    assert not any(MACHINE_PATH.search(text) for text in texts.values())

@@ -107,3 +107,30 @@ def record_play(dest: str | pathlib.Path, eval_json: str | pathlib.Path, command
     tmp = dest / (PROVENANCE + ".tmp")
     tmp.write_text(json.dumps(provenance, indent=2) + "\n")
     tmp.replace(dest / PROVENANCE)
+    portable_export(dest)
+
+
+def portable_export(dest: pathlib.Path) -> None:
+    """Name the checkpoint in dest's export (policy.json and policy.onnx's metadata: "checkpoint", mjlab's
+    "run_path") as `pretrained:<Task>` instead of the path it was exported from: a file that ships must not carry
+    the paths of the machine that made it."""
+    metadata = dest / "policy.json"
+    if not metadata.is_file():
+        return
+    meta = json.loads(metadata.read_text())
+    name = f"pretrained:{meta['task']}"
+    meta["checkpoint"] = name
+    if "mjlab" in meta:
+        meta["mjlab"]["run_path"] = name
+    metadata.write_text(json.dumps(meta, indent=2) + "\n")
+    onnx_file = dest / "policy.onnx"
+    if onnx_file.is_file():
+        import onnx
+
+        model = onnx.load(str(onnx_file))
+        for prop in model.metadata_props:
+            if prop.key == "checkpoint":
+                prop.value = json.dumps(name)
+            elif prop.key == "run_path":
+                prop.value = name
+        onnx.save(model, str(onnx_file))
