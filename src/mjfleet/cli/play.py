@@ -158,6 +158,10 @@ def check_flags(flags: Any) -> None:
         low, high = flags.action_percentiles
         if not 0.0 <= low < high <= 100.0:
             raise UsageError(f"--action-percentiles needs 0 <= LOW < HIGH <= 100, got {low:g} {high:g}")
+    # The flags that choose a run's checkpoint; --pretrained and --agent each choose the policy instead.
+    chooses_run = (
+        flags.checkpoint is not None or flags.load_run is not None or flags.wandb_run_path is not None
+    )
     if flags.policy != "checkpoint":
         if flags.baselines:
             raise UsageError(
@@ -165,18 +169,11 @@ def check_flags(flags: Any) -> None:
             )
         if flags.export:
             raise UsageError(f"--export needs a trained policy, not --agent {flags.policy}")
-        if (
-            flags.checkpoint is not None
-            or flags.load_run is not None
-            or flags.wandb_run_path is not None
-            or flags.pretrained
-        ):
+        if chooses_run or flags.pretrained:
             raise UsageError(
                 f"--agent {flags.policy} takes no --checkpoint/--load-run/--wandb-run-path/--pretrained"
             )
-    if flags.pretrained and (
-        flags.checkpoint is not None or flags.load_run is not None or flags.wandb_run_path is not None
-    ):
+    if flags.pretrained and chooses_run:
         raise UsageError(
             "--pretrained plays the policy that ships with mjfleet: drop --checkpoint/--load-run/--wandb-run-path"
         )
