@@ -11,6 +11,7 @@ from small_cartpole import cartpole_configs
 
 from mjfleet.errors import UsageError
 from mjfleet.rl import FleetRunner
+from mjfleet.rl.ppo import MIN_LEARNING_RATE
 
 SMALL = ["--gpu-ids", "None", "--num-envs", "16", "--agent.num-steps-per-env", "8", "--logger", "none",
          "--log-format", "compact"]  # fmt: skip
@@ -28,8 +29,11 @@ def teacher(tmp_path_factory) -> pathlib.Path:
     return path
 
 
-def _student(teacher: pathlib.Path, rnn: str = "none", steps: int = 8) -> FleetRunner:
+def _student(
+    teacher: pathlib.Path, rnn: str = "none", steps: int = 8, normalised: bool = False
+) -> FleetRunner:
     spec, env_cfg, agent = cartpole_configs(16, steps, episode_length_s=0.3)
+    agent.actor.obs_normalization = normalised
     agent.algorithm_name = "distillation"
     agent.distillation.teacher = str(teacher)
     agent.distillation.gradient_length = 4
@@ -119,6 +123,42 @@ def test_ppo_fine_tuning_takes_over_the_students_network_and_nothing_else(teache
     mlp = FleetRunner(spec.make_env(env_cfg), agent, None, "cpu")
     with pytest.raises(UsageError, match="does not fit this PPO actor"):
         mlp.load(path)
+
+
+def test_fine_tuning_trains_the_new_critic_alone_first(teacher, tmp_path):
+    """--agent.algorithm.critic-warmup-iterations K: K updates leave the student's actor (weights, noise,
+    normaliser) and the learning rate as they were while the critic learns; then PPO trains both."""
+    student = _student(teacher, normalised=True)
+    student.learn(2)
+    path = tmp_path / "model_2.pt"
+    student.save(path)
+    spec, env_cfg, agent = cartpole_configs(16, 8)
+    agent.algorithm.critic_warmup_iterations = 2
+    agent.actor.obs_normalization = agent.critic.obs_normalization = True
+    torch.manual_seed(2)
+    ppo = FleetRunner(spec.make_env(env_cfg), agent, None, "cpu")
+    ppo.load(path)
+    assert "the first 2 iterations train only the new critic" in ppo.describe()
+    actor = {k: v.clone() for k, v in ppo.alg.actor.state_dict().items()}
+    critic = {k: v.clone() for k, v in ppo.alg.critic.state_dict().items()}
+    learning_rate = ppo.alg.learning_rate
+    ppo.learn(1)
+    assert ppo.alg.learning_rate == learning_rate  # no KL to adapt to
+    ppo.learn(1)
+    for key, value in ppo.alg.actor.state_dict().items():
+        assert torch.equal(value, actor[key]), key
+    assert any(not torch.equal(v, critic[k]) for k, v in ppo.alg.critic.state_dict().items())
+    # the actor's first steps start from the schedule's floor, raised while the KL stays small
+    assert ppo.alg.learning_rate == MIN_LEARNING_RATE
+    ppo.learn(1)
+    assert ppo.alg.learning_rate > MIN_LEARNING_RATE
+    changed = [k for k, v in ppo.alg.actor.state_dict().items() if not torch.equal(v, actor[k])]
+    assert "mlp.0.weight" in changed and "obs_normalizer._mean" in changed
+    # a checkpoint of PPO itself (a resume) trains both from the start
+    resumed = FleetRunner(spec.make_env(env_cfg), agent, None, "cpu")
+    ppo.save(tmp_path / "model_5.pt")
+    resumed.load(tmp_path / "model_5.pt")
+    assert resumed.alg.critic_only_updates == 0
 
 
 def test_train_fine_tunes_a_recurrent_student_with_ppo_without_repeating_its_flags(teacher, tmp_path):

@@ -97,7 +97,8 @@ def ppo_actor_from_checkpoint(
 
 def ppo_from_student(alg: FleetPPO, state: dict[str, Any]) -> None:
     """PPO fine-tuning a distilled student: the student's network (and normaliser) becomes the actor's mean; the
-    action noise starts at `--agent.actor.init-noise-std`, the critic and the optimiser start fresh."""
+    action noise starts at `--agent.actor.init-noise-std`, the critic and the optimiser start fresh, and the first
+    `critic_warmup_iterations` updates train the critic alone."""
     try:
         missing, unexpected = alg.actor.load_state_dict(state["actor_state_dict"], strict=False)
         foreign = [*unexpected, *(key for key in missing if not key.startswith("distribution."))]
@@ -108,4 +109,5 @@ def ppo_from_student(alg: FleetPPO, state: dict[str, Any]) -> None:
             f"the student's network does not fit this PPO actor ({', '.join(foreign[:3])}): "
             "fine-tune with the student's --agent.actor settings"
         )
+    alg.critic_only_updates = alg.critic_warmup_iterations
     alg.policy_changed()

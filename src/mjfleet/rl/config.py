@@ -59,6 +59,11 @@ class PPOConfig:
     use_clipped_value_loss: bool = True
     normalize_advantage_per_mini_batch: bool = False
     """Normalise advantages within each minibatch instead of once over the whole rollout (rsl_rl's option)."""
+    critic_warmup_iterations: int = 25
+    """PPO fine-tuning a distilled student (whose critic starts fresh): the first this many iterations train only
+    the critic (the actor, its noise and normaliser stay the student's; the learning rate does not adapt); then,
+    with the adaptive schedule, the actor's steps start from its smallest learning rate, raised as the KL allows.
+    0: neither (the first iteration moved a quadruped student by a KL of 18). Other runs: no effect."""
     gradient_reducer: Literal["auto", "all-reduce", "all-gather", "shared-memory", "none"] = "auto"
     """Several workers: how gradients are averaged after every minibatch (mjfleet.rl.reduce). auto: all-reduce on
     GPUs, shared memory between CPU workers of one host, else all-gather (gloo, <= 4 workers) or all-reduce.
@@ -175,6 +180,8 @@ class AgentConfig:
             raise UsageError(
                 f"--agent.algorithm.num-mini-batches must be in [1, num_envs x num_steps_per_env = {batch}]"
             )
+        if ppo.critic_warmup_iterations < 0:
+            raise UsageError("--agent.algorithm.critic-warmup-iterations must be >= 0")
         if not 1 <= ppo.grad_sync_period <= ppo.num_mini_batches:
             raise UsageError(
                 f"--agent.algorithm.grad-sync-period must be in [1, num-mini-batches = {ppo.num_mini_batches}], "

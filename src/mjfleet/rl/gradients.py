@@ -23,6 +23,7 @@ for every reducer, with 2 real worker processes.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Callable, Iterable, Mapping
 from typing import Generic, TypeVar
@@ -232,3 +233,15 @@ class RecordedGradients(Generic[G]):
                     "the %s could not be recorded as a CUDA graph (%s); op by op", self.what, first_line(exc)
                 )
         return plain()
+
+
+@contextlib.contextmanager
+def cuda_matmul_precision(precision: str):
+    """torch's float32 matrix-product precision on CUDA set to `precision` ("tf32", "ieee") inside."""
+    matmul = torch.backends.cuda.matmul
+    previous = matmul.fp32_precision
+    matmul.fp32_precision = precision
+    try:
+        yield
+    finally:
+        matmul.fp32_precision = previous

@@ -1,19 +1,16 @@
 """The reference PPO: rsl_rl's, with the one change a fleet of workers needs.
 
 After every minibatch the gradients, and the minibatch's mean KL for the adaptive learning rate, are averaged
-across workers in one collective by the averaged-gradient step (`mjfleet.rl.gradients`): the KL travels in one
-extra slot of the flat gradient buffer, so every rank adapts its learning rate from the same averaged KL and no
-broadcast is needed. rsl_rl issues three collectives per minibatch for the same result. The observation
-normalisers' statistics are synchronised through the same reducer.
-
-Everything else is rsl_rl's PPO: its rollout storage and minibatches, losses, clipping, adaptive schedule and
-GAE. tests/test_runner.py checks the update against rsl_rl's own `PPO.update` on the same rollout.
+across workers in one collective by the averaged-gradient step (`mjfleet.rl.gradients`): the KL rides in one
+extra slot of the flat gradient buffer, so every rank adapts its learning rate from the same averaged KL (rsl_rl
+issues three collectives per minibatch for it). The observation normalisers synchronise through the same reducer.
+Everything else is rsl_rl's PPO (storage, minibatches, losses, clipping, schedule, GAE): tests/test_runner.py
+checks the update against rsl_rl's own `PPO.update` on the same rollout.
 
 `minibatch_gradients` is the loss, and the single source of truth for it: every setting it reads is a field of
-`PPOLoss`. An optional update engine (`UpdateEngine`; for MLP networks `mjfleet.rl.fast`, attached by
-`mjfleet.rl.build`) computes the same rollout actions and minibatch gradients with fewer operations; it declines
-losses it does not write out, and tests/test_fast_update.py checks it equal to this loss for every `PPOLoss`
-field. This class stays the one place where the update's steps are put in order.
+`PPOLoss`. An optional update engine (`UpdateEngine`; for MLP networks `mjfleet.rl.fast`) computes the same
+rollout actions and minibatch gradients with fewer operations, declining losses it does not write out
+(tests/test_fast_update.py checks it equal to this loss). This class puts the update's steps in order.
 """
 
 from __future__ import annotations
@@ -29,12 +26,14 @@ from rsl_rl.algorithms import PPO
 
 from mjfleet.rl.config import PPOConfig
 from mjfleet.rl.engine import Declined, UpdateEngine
-from mjfleet.rl.gradients import AveragedGradients
+from mjfleet.rl.gradients import AveragedGradients, cuda_matmul_precision
 from mjfleet.rl.normalizer import model_normalizer_input
 
 log = logging.getLogger(__name__)
 
 ALGORITHM = "ppo"
+MIN_LEARNING_RATE = 1e-5
+"""The adaptive schedule's floor (rsl_rl's)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -102,6 +101,8 @@ class FleetPPO(PPO):
         """The faster rollout step and minibatch gradients (`attach_engine`); None: the reference runs."""
         self.engine_declined: str | None = None
         """Why the fast engine does not run (e.g. a recurrent actor), for the start-up line."""
+        self.critic_warmup_iterations, self.critic_only_updates = settings.critic_warmup_iterations, 0
+        """Updates left that train only the critic (`ppo_from_student` sets it): the actor is held meanwhile."""
 
     def attach_engine(self, engine: UpdateEngine | None) -> None:
         """Use `engine` for rollout actions and minibatch gradients (None: the reference)."""
@@ -161,6 +162,7 @@ class FleetPPO(PPO):
         """The optimisation epochs over the stored rollout, its returns computed; returns the mean losses (and
         the mean KL)."""
         grads = self.gradients
+        critic_only = self.critic_only_updates > 0
         sums = torch.zeros(4, device=self.device)  # surrogate, value, entropy, KL: read once, at the end
         count = 0
         with self.update_precision():  # around the recording of a minibatch graph too: it keeps its kernels
@@ -173,11 +175,17 @@ class FleetPPO(PPO):
                     sums[3] += kl
                     grads.extra.copy_(kl.reshape(1))
                 if grads.accumulate(end_of_group=count % self.num_mini_batches == 0):  # an epoch's end
-                    self.apply_gradients()
+                    self.apply_gradients(critic_only)
         rollout = self.storage.observations.flatten(0, 1)  # once, for both normalisers
-        for model in (self.actor, self.critic):
+        for model in (self.critic,) if critic_only else (self.actor, self.critic):
             if model.obs_normalization:
                 grads.update_normalizer(model.obs_normalizer, model_normalizer_input(model, rollout))
+        if critic_only:
+            self.critic_only_updates -= 1
+            if self.critic_only_updates == 0 and self.loss.adaptive_kl:
+                # A fresh Adam's first steps move every actor weight by the full rate: at 1e-3 one iteration
+                # moved a distilled student by a KL of 18. From the floor, the schedule raises it as KL allows.
+                self.set_learning_rate(MIN_LEARNING_RATE)
         self.storage.clear()
         self.policy_changed()
         surrogate, value, entropy, kl = (sums / max(count, 1)).tolist()
@@ -218,9 +226,7 @@ class FleetPPO(PPO):
                     batch.advantages.std() + 1e-8
                 )
         actor, critic = self.actor, self.critic
-        actor_state, critic_state = (
-            batch.hidden_states
-        )  # recurrent: the rollout's states at each trajectory's start
+        actor_state, critic_state = batch.hidden_states  # recurrent: the states at each trajectory's start
         actor(batch.observations, masks=batch.masks, hidden_state=actor_state, stochastic_output=True)
         log_prob = actor.get_output_log_prob(batch.actions)
         values = critic(batch.observations, masks=batch.masks, hidden_state=critic_state)
@@ -251,10 +257,15 @@ class FleetPPO(PPO):
         terms = torch.stack((surrogate_loss.detach(), value_loss.detach(), entropy.detach())).float()
         return terms, kl
 
-    def apply_gradients(self) -> None:
-        """Average the gradients (and the KL) across workers, adapt the learning rate, clip each network, step."""
+    def apply_gradients(self, critic_only: bool = False) -> None:
+        """Average the gradients (and the KL) across workers, adapt the learning rate, clip each network, step
+        (`critic_only`: the critic alone, at the learning rate as it is)."""
         grads = self.gradients
         grads.average()
+        if critic_only:
+            grads.clip(self.max_grad_norm, ["critic"])
+            grads.step(["critic"])
+            return
         if self.loss.adaptive_kl:
             self.adapt_learning_rate(grads.extra[0].item())  # the update's one host read per minibatch
         grads.clip(self.max_grad_norm)  # rsl_rl clips the actor and the critic to max_grad_norm each
@@ -263,18 +274,21 @@ class FleetPPO(PPO):
     def adapt_learning_rate(self, kl: float) -> None:
         """rsl_rl's adaptive schedule, computed identically on every rank from the averaged KL."""
         if kl > self.desired_kl * 2.0:
-            self.learning_rate = max(1e-5, self.learning_rate / 1.5)
+            self.set_learning_rate(max(MIN_LEARNING_RATE, self.learning_rate / 1.5))
         elif 0.0 < kl < self.desired_kl / 2.0:
-            self.learning_rate = min(1e-2, self.learning_rate * 1.5)
+            self.set_learning_rate(min(1e-2, self.learning_rate * 1.5))
+
+    def set_learning_rate(self, learning_rate: float) -> None:
+        self.learning_rate = learning_rate
         for group in self.optimizer.param_groups:
-            group["lr"] = self.learning_rate
+            group["lr"] = learning_rate
 
     def update_precision(self) -> contextlib.AbstractContextManager:
         """On CUDA with `tf32`: TensorFloat-32 float32 matrix products for the update only (a minibatch graph
         recorded inside keeps its kernels); otherwise the process's setting."""
         if not (self.tf32 and torch.device(self.device).type == "cuda"):
             return contextlib.nullcontext()
-        return _cuda_matmul_precision("tf32")
+        return cuda_matmul_precision("tf32")
 
     # ------------------------------------------------------------ bookkeeping
     def describe(self) -> str:
@@ -288,7 +302,10 @@ class FleetPPO(PPO):
         period = self.gradients.sync_period
         every = "minibatch" if period == 1 else f"{period} minibatches"
         normalised = self.actor.obs_normalization or self.critic.obs_normalization
-        return "; ".join([f"update: {update}", *self.gradients.describe(every, normalised)])
+        parts = [f"update: {update}", *self.gradients.describe(every, normalised)]
+        if self.critic_only_updates:
+            parts.append(f"the first {self.critic_only_updates} iterations train only the new critic")
+        return "; ".join(parts)
 
     def record(self) -> dict[str, Any]:
         return {"learning_rate": self.learning_rate, "Policy/action_std": float(self.action_std.mean())}
@@ -326,14 +343,3 @@ class FleetPPO(PPO):
         result = super().load(*args, **kwargs)
         self.policy_changed()
         return result
-
-
-@contextlib.contextmanager
-def _cuda_matmul_precision(precision: str):
-    matmul = torch.backends.cuda.matmul
-    previous = matmul.fp32_precision
-    matmul.fp32_precision = precision
-    try:
-        yield
-    finally:
-        matmul.fp32_precision = previous
