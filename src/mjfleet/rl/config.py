@@ -63,7 +63,7 @@ class PPOConfig:
     """PPO fine-tuning a distilled student (whose critic starts fresh): the first this many iterations train only
     the critic (the actor, its noise and normaliser stay the student's; the learning rate does not adapt); then,
     with the adaptive schedule, the actor's steps start from its smallest learning rate, raised as the KL allows.
-    0: neither (the first iteration moved a quadruped student by a KL of 18). Other runs: no effect."""
+    0: neither (docs/runs.md says why both). Other runs: no effect."""
     gradient_reducer: Literal["auto", "all-reduce", "all-gather", "shared-memory", "none"] = "auto"
     """Several workers: how gradients are averaged after every minibatch (mjfleet.rl.reduce). auto: all-reduce on
     GPUs, shared memory between CPU workers of one host, else all-gather (gloo, <= 4 workers) or all-reduce.

@@ -183,8 +183,8 @@ class FleetPPO(PPO):
         if critic_only:
             self.critic_only_updates -= 1
             if self.critic_only_updates == 0 and self.loss.adaptive_kl:
-                # A fresh Adam's first steps move every actor weight by the full rate: at 1e-3 one iteration
-                # moved a distilled student by a KL of 18. From the floor, the schedule raises it as KL allows.
+                # A fresh Adam's first steps move every actor weight by the full rate, whatever the gradient's
+                # size: from the floor, the schedule raises the rate only as far as the KL allows.
                 self.set_learning_rate(MIN_LEARNING_RATE)
         self.storage.clear()
         self.policy_changed()
@@ -279,6 +279,7 @@ class FleetPPO(PPO):
             self.set_learning_rate(min(1e-2, self.learning_rate * 1.5))
 
     def set_learning_rate(self, learning_rate: float) -> None:
+        """The learning rate of every network's optimiser group."""
         self.learning_rate = learning_rate
         for group in self.optimizer.param_groups:
             group["lr"] = learning_rate
