@@ -91,7 +91,7 @@ for stage in "$@"; do
             if [ "$played" = 0 ]; then
                 mv "$best/exported/policy.onnx" "$best/exported/policy.json" "$best/exported/model.xml" "$best/"
                 rm -rf "$best/exported"
-                python3 -c 'import sys; from mjfleet.play.pretrained import record_play; record_play(*sys.argv[1:])' \
+                python3 -c 'import sys; from mjfleet.deploy.pretrained import record_play; record_play(*sys.argv[1:])' \
                     "$best" "$scratch/eval.json" \
                     "uv run play $task --pretrained --command 0.5 0 0 --episodes 64 --num-envs 64 --baselines"
                 status=$((status | $?))

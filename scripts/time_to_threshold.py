@@ -18,7 +18,7 @@ velocity command with --command; --random-threshold judges random commands too, 
 `--env-set` changes the env settings of training and evaluation alike (a recipe question: `rewards.alive=0.5`).
 Training time counts `learn` only (not the evaluations); `--max-wall-minutes` bounds everything, from the start
 (imports, kernel compilation, evaluations). `--save-best DIR` keeps the best evaluated checkpoint as
-`play --pretrained` reads it (model.pt and pretrained.json: src/mjfleet/play/pretrained.py). On CPU the process
+`play --pretrained` reads it (model.pt and pretrained.json: src/mjfleet/deploy/pretrained.py). On CPU the process
 uses one torch thread.
 """
 
@@ -39,8 +39,8 @@ import time
 import torch
 import warp as wp
 
+from mjfleet.deploy.pretrained import write_pretrained
 from mjfleet.evaluation import early_terminations, evaluate, random_policy, zero_policy
-from mjfleet.play.pretrained import write_pretrained
 from mjfleet.rl import FleetRunner
 from mjfleet.runs.checkpoints import read_checkpoint
 from mjfleet.tasks import get_task

@@ -12,7 +12,7 @@ LAYERS = [
     {"launch", "runs"},  # the worker context and the run's outputs, which rl/ is built on
     {"rl"},
     {"tasks"},  # a task is an environment plus its agent defaults (rl/config.py)
-    {"evaluation"},
+    {"evaluation", "deploy"},  # deploy/: export, its checks and metadata, the shipped policies
     {"train", "play"},
     {"bench"},  # beside cli/, importing nothing from it
     {"cli"},

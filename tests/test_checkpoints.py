@@ -160,7 +160,7 @@ def test_loading_restores_optimizer_normaliser_iteration_and_rng_state(tmp_path)
 def test_checkpoint_holds_what_is_needed_to_rebuild_the_policy_on_cpu(tmp_path):
     from tensordict import TensorDict
 
-    from mjfleet.rl.export import build_actor
+    from mjfleet.deploy.export import build_actor
 
     runner, run_dir = cartpole_runner(tmp_path, seed=3)
     runner.learn(1)

@@ -14,7 +14,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 USED_THROUGH_ANOTHER_PACKAGE = {
     "tensorboard": "torch.utils.tensorboard (runs/metrics.py) needs it",
-    "onnx": "torch.onnx.export (rl/export.py) needs it",
+    "onnx": "torch.onnx.export (deploy/export.py) needs it",
 }
 """Declared distributions the code never imports by name but uses through another package's API."""
 

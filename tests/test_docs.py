@@ -484,12 +484,12 @@ def test_the_benchmarks_page_is_current_and_short():
 # --- Numbers and names a page repeats from the tool ----------------------------------------------------------------
 
 EXPORT_FILES = ("policy.onnx", "policy.pt", "policy.json")
-"""What every export writes beside the MJCF (mjfleet.rl.export.export_policy)."""
+"""What every export writes beside the MJCF (mjfleet.deploy.export.export_policy)."""
 
 
 def export_listings_without_the_model(text: str) -> list[str]:
     """The paragraphs that list the export folder's files but leave out the model file it writes beside them."""
-    from mjfleet.rl.deploy_metadata import MJCF_FILE
+    from mjfleet.deploy.metadata import MJCF_FILE
 
     listings = [block for block in paragraphs(text) if all(name in block for name in EXPORT_FILES)]
     return [block.strip().splitlines()[0] for block in listings if MJCF_FILE not in block]

@@ -7,7 +7,7 @@ import onnx
 import pytest
 import torch
 
-from mjfleet.rl.deploy_metadata import MJLAB_KEYS
+from mjfleet.deploy.metadata import MJLAB_KEYS
 from mjfleet.tasks import task_names
 
 
@@ -17,7 +17,7 @@ def quadruped_export(tmp_path_factory):
     play's settings (no observation noise, so observation columns can be checked by value)."""
     from rsl_rl.models import MLPModel
 
-    from mjfleet.rl.export import export_policy, policy_metadata
+    from mjfleet.deploy.export import export_policy, policy_metadata
     from mjfleet.tasks import get_task
 
     spec = get_task("Quadruped-Velocity-Flat")
@@ -83,7 +83,7 @@ def test_control_rate_model_and_versions_are_recorded(quadruped_export):
 
 
 def test_observation_terms_that_do_not_add_up_to_the_group_are_an_error():
-    from mjfleet.rl.export import observation_slices
+    from mjfleet.deploy.export import observation_slices
 
     env = SimpleNamespace(observation_terms=lambda: {"actor": [("a", 2), ("b", 2)]})
     with pytest.raises(ValueError, match="'actor' has 5 columns but its terms name 4"):
@@ -103,8 +103,8 @@ def test_every_registered_task_exports_after_one_iteration_to_a_folder_that_depl
     import mujoco
     import numpy as np
 
+    from mjfleet.deploy.export import export_policy, policy_metadata
     from mjfleet.rl import FleetRunner
-    from mjfleet.rl.export import export_policy, policy_metadata
     from mjfleet.tasks import get_task
 
     spec = get_task(task)

@@ -17,7 +17,7 @@ import sys
 
 import pytest
 
-from mjfleet.play.pretrained import CHECKPOINT, PROVENANCE, PROVENANCE_KEYS
+from mjfleet.deploy.pretrained import CHECKPOINT, PROVENANCE, PROVENANCE_KEYS
 from mjfleet.runs.checkpoints import read_checkpoint
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]

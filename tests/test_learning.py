@@ -15,9 +15,9 @@ import pytest
 import torch
 from helpers import run_cli
 
+from mjfleet.deploy.export import build_actor
 from mjfleet.evaluation import ActorPolicy, early_terminations, evaluate, random_policy, zero_policy
 from mjfleet.rl import FleetRunner
-from mjfleet.rl.export import build_actor
 from mjfleet.runs.checkpoints import find_checkpoint, read_checkpoint
 from mjfleet.tasks import get_task
 

@@ -86,7 +86,7 @@ def test_encoder_offsets_hold_for_an_episode_and_are_drawn_anew_at_its_reset():
 
 
 def test_ppo_trains_an_actor_on_the_deployable_set_and_exports_its_terms():
-    from mjfleet.rl.export import policy_metadata
+    from mjfleet.deploy.export import policy_metadata
 
     spec, cfg, env = _env(num_envs=8)
     agent = spec.agent_config()

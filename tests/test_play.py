@@ -112,7 +112,7 @@ def test_export_writes_an_onnx_policy_that_matches_torch(played):
     import onnxruntime as ort
     from tensordict import TensorDict
 
-    from mjfleet.rl.export import build_actor
+    from mjfleet.deploy.export import build_actor
 
     out, _, run_dir = played
     exported = run_dir / "exported"
@@ -138,7 +138,7 @@ def test_export_writes_an_onnx_policy_that_matches_torch(played):
     # The same metadata inside the ONNX model, for a deployment that has only policy.onnx
     import onnx
 
-    from mjfleet.rl.deploy_metadata import MJLAB_KEYS
+    from mjfleet.deploy.metadata import MJLAB_KEYS
 
     raw = {p.key: p.value for p in onnx.load(str(exported / "policy.onnx")).metadata_props}
     props = {
@@ -215,9 +215,9 @@ def test_the_action_recorder_keeps_copies_of_the_first_actions_up_to_its_limit()
 def test_export_detects_an_onnx_model_that_differs_from_the_policy(tmp_path):
     from tensordict import TensorDict
 
+    from mjfleet.deploy.check import ExportError, check_onnx
+    from mjfleet.deploy.export import export_policy
     from mjfleet.rl.config import AgentConfig
-    from mjfleet.rl.export import export_policy
-    from mjfleet.rl.export_check import ExportError, check_onnx
 
     agent = AgentConfig()
     agent.actor.obs_normalization = True
@@ -299,7 +299,7 @@ def test_play_usage_errors_are_one_line_with_exit_status_2(args, needle, tmp_pat
 
 
 def test_exporting_an_older_checkpoint_notes_that_it_replaces_a_newer_export(tmp_path, capsys):
-    from mjfleet.play.export import note_replaced_export as _note_replaced_export
+    from mjfleet.deploy.play_export import note_replaced_export as _note_replaced_export
 
     metadata = tmp_path / "policy.json"
     _note_replaced_export(metadata, 100)  # nothing exported yet
@@ -311,7 +311,7 @@ def test_exporting_an_older_checkpoint_notes_that_it_replaces_a_newer_export(tmp
 
 
 def test_the_quadrupeds_export_names_each_actions_joint_and_its_pd_gains():
-    from mjfleet.rl.export import policy_metadata
+    from mjfleet.deploy.export import policy_metadata
     from mjfleet.tasks import get_task
 
     spec = get_task("Quadruped-Velocity-Flat")
@@ -431,11 +431,11 @@ def test_an_export_that_cannot_be_made_is_one_line_and_exit_2_and_the_evaluation
     """A model that does not survive being written as MJCF (forced here: no difference is tolerated, so every
     field differs) ends `play --export` with one line and exit status 2; eval.json of the evaluation is written."""
     from mjfleet.cli.play import main
-    from mjfleet.rl import deploy_metadata
+    from mjfleet.deploy import metadata
 
     cwd = copy_workdir(cartpole_run.cwd, tmp_path)
     monkeypatch.chdir(cwd)
-    monkeypatch.setattr(deploy_metadata, "MODEL_TOLERANCE", -1.0)
+    monkeypatch.setattr(metadata, "MODEL_TOLERANCE", -1.0)
     monkeypatch.setenv("MUJOCO_GL", os.environ.get("MUJOCO_GL", "egl"))  # no backend probe in-process
     with pytest.raises(SystemExit) as exit_info:
         main(["Cartpole-Balance", "--export", "--episodes", "2", "--num-envs", "2"])

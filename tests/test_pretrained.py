@@ -10,8 +10,7 @@ import re
 import pytest
 from helpers import assert_usage_exit
 
-from mjfleet.evaluation import early_terminations
-from mjfleet.play.pretrained import (
+from mjfleet.deploy.pretrained import (
     CHECKPOINT,
     PLAY_KEYS,
     PRETRAINED_ROOT,
@@ -20,6 +19,7 @@ from mjfleet.play.pretrained import (
     pretrained_tasks,
     write_pretrained,
 )
+from mjfleet.evaluation import early_terminations
 from mjfleet.runs.checkpoints import read_checkpoint
 from mjfleet.tasks import task_names
 
@@ -146,7 +146,7 @@ def test_recording_plays_evaluation_names_the_checkpoint_by_task_not_by_path(tmp
     """The GPU stage exports its best checkpoint from a scratch path, then records play's evaluation."""
     import shutil
 
-    from mjfleet.play.pretrained import record_play
+    from mjfleet.deploy.pretrained import record_play
 
     folder = tmp_path / QUADRUPED
     shutil.copytree(PRETRAINED_ROOT / QUADRUPED, folder)

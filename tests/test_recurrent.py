@@ -120,13 +120,13 @@ def test_recurrent_ppo_trains_resumes_plays_and_exports_with_its_state(tmp_path)
 def test_the_recurrent_export_checks_fail_for_an_export_that_is_not_the_actor(tmp_path):
     """The step-by-step checks (state carried, reset at random episode ends) catch an ONNX graph or a TorchScript
     module of other weights."""
-    from mjfleet.rl.export import _export_onnx, _torchscript
-    from mjfleet.rl.export_check import (
+    from mjfleet.deploy.check import (
         ExportError,
         check_recurrent_onnx,
         check_recurrent_torchscript,
         recurrent_state,
     )
+    from mjfleet.deploy.export import _export_onnx, _torchscript
 
     actor = _recurrent_actor("lstm").eval()
     obs = TensorDict({"actor": torch.zeros(2, 3)}, batch_size=[2])

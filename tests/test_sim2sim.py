@@ -31,7 +31,7 @@ import pytest
 import torch
 from helpers import copy_workdir
 
-from mjfleet.rl.deploy_metadata import MJLAB_KEYS
+from mjfleet.deploy.metadata import MJLAB_KEYS
 from mjfleet.runs import RunDir
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -144,7 +144,7 @@ def played_steps(
     episode's end: (its actions, {"reward": per step, "cause": per step (None, "time_out" or "terminated"),
     "sums": {term: the episode's weighted sum after each step}}, the initial state file). A `pose` ({"z": base
     height, joint name: angle}) replaces those coordinates of the reset's state, at rest."""
-    from mjfleet.rl.export import build_actor
+    from mjfleet.deploy.export import build_actor
     from mjfleet.runs.checkpoints import read_checkpoint
     from mjfleet.tasks import get_task
 
@@ -298,7 +298,7 @@ def test_humanoid_episode_ends_after_the_first_step_on_both_sides_from_a_state_t
 
 
 def test_the_exported_folder_holds_the_model_it_names_and_it_compiles_to_the_trained_model(quadruped):
-    """(The export itself checks the MJCF against the trained model field by field: rl/deploy_metadata.py.)"""
+    """(The export itself checks the MJCF against the trained model field by field: deploy/metadata.py.)"""
     import mujoco
 
     run_dir, _ = quadruped
@@ -313,7 +313,7 @@ def test_rough_terrain_mjcf_round_trips_with_its_heightfield():
     import mujoco
 
     from mjfleet.assets import asset_path
-    from mjfleet.rl.deploy_metadata import model_xml
+    from mjfleet.deploy.metadata import model_xml
     from mjfleet.tasks.locomotion.terrain import Terrain, TerrainConfig
 
     spec = mujoco.MjSpec.from_file(str(asset_path("quadruped.xml")))
@@ -419,8 +419,8 @@ def test_the_export_check_runs_without_onnxruntime(cartpole, monkeypatch):
     """onnxruntime is the optional `deploy` extra: without it the check runs onnx's reference evaluator."""
     from tensordict import TensorDict
 
-    from mjfleet.rl.export import build_actor
-    from mjfleet.rl.export_check import ONNX_TOLERANCE, check_onnx
+    from mjfleet.deploy.check import ONNX_TOLERANCE, check_onnx
+    from mjfleet.deploy.export import build_actor
     from mjfleet.runs.checkpoints import read_checkpoint
 
     run_dir, _ = cartpole

@@ -46,7 +46,7 @@ def test_no_source_file_loads_with_weights_only_false():
 
 
 def test_reading_the_trained_env_config_of_a_hostile_checkpoint_runs_nothing_and_is_a_usage_error(tmp_path):
-    from mjfleet.rl.deploy_metadata import trained_env_cfg
+    from mjfleet.deploy.metadata import trained_env_cfg
 
     marker = tmp_path / "ran"
     checkpoint = _hostile_checkpoint(tmp_path / "model_0.pt", marker)
@@ -58,7 +58,7 @@ def test_reading_the_trained_env_config_of_a_hostile_checkpoint_runs_nothing_and
 
 
 def test_the_trained_env_config_of_a_real_checkpoint_is_read_as_plain_data(cartpole_run):
-    from mjfleet.rl.deploy_metadata import trained_env_cfg
+    from mjfleet.deploy.metadata import trained_env_cfg
 
     (checkpoint,) = sorted(cartpole_run.run_dir.glob("model_*.pt"))[-1:]
     env_cfg = trained_env_cfg(str(checkpoint))

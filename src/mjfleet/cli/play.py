@@ -186,8 +186,8 @@ def main(argv: list[str] | None = None) -> None:
     argv = command_argv(argv)
     task_name, flags = parse_args(argv)
     check_flags(flags)
+    from mjfleet.deploy.check import ExportError
     from mjfleet.play import play
-    from mjfleet.rl.export_check import ExportError
 
     try:
         play(task_name, flags)

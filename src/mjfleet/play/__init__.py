@@ -4,11 +4,11 @@
 
     settings.py   the task's play settings, and notes where the env settings differ from training
     policy.py     what acts: a checkpoint (found and read) or a zero/random baseline
-    pretrained.py the policies that ship in src/mjfleet/pretrained/<Task>/ (`--pretrained`)
     video.py      the mp4 of one environment
     live_viewer.py the live viewer: MuJoCo's window or the browser (viser)
-    export.py     the ONNX/TorchScript export of a checkpoint's policy
     report.py     the printed summary and the trained/zero/random table
+
+Export and the shipped policies live in deploy/.
 """
 
 from mjfleet.play.job import play

@@ -79,8 +79,8 @@ def play(task_name: str, flags: Any) -> dict[str, Any]:
         )
         exported, export_error = None, None
         if flags.export:
-            from mjfleet.play.export import export_checkpoint_policy
-            from mjfleet.rl.export_check import ExportError
+            from mjfleet.deploy.check import ExportError
+            from mjfleet.deploy.play_export import export_checkpoint_policy
 
             assert (
                 source.state is not None and source.checkpoint is not None

@@ -150,7 +150,7 @@ def _checkpoint_choices(checkpoint: Path | None, env: Any, flags: Any, device: s
     """The run's checkpoints by file name, and a loader that turns one into a policy for this environment."""
     if checkpoint is None:
         return {}, None
-    from mjfleet.rl.export import build_actor
+    from mjfleet.deploy.export import build_actor
     from mjfleet.runs.checkpoints import checkpoint_run_dir, checkpoints_in, read_checkpoint
 
     found = {path.name: path for _, path in checkpoints_in(checkpoint_run_dir(checkpoint))}

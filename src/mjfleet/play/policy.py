@@ -51,7 +51,7 @@ def choose_policy(flags: Any, experiment_name: str, task: str) -> PolicySource:
 
 def _pretrained_source(flags: Any, experiment_name: str, task: str) -> PolicySource:
     """The policy that ships for `task`; its outputs go under <logs-root>, never into the installed package."""
-    from mjfleet.play.pretrained import describe, pretrained_checkpoint, read_provenance
+    from mjfleet.deploy.pretrained import describe, pretrained_checkpoint, read_provenance
     from mjfleet.runs.checkpoints import read_checkpoint
 
     checkpoint = pretrained_checkpoint(task)
@@ -69,7 +69,7 @@ def build_checkpoint_actor(source: PolicySource, obs: Any, env: Any, device: str
     environment is the user's error."""
     if source.state is None:
         return None
-    from mjfleet.rl.export import build_actor
+    from mjfleet.deploy.export import build_actor
 
     try:
         return build_actor(source.state, obs, env.num_actions, device)

@@ -47,8 +47,8 @@ class AfterSave:
 
 def export_policy(runner: FleetRunner, run_dir: RunDir, checkpoint: pathlib.Path) -> None:
     """Export the current policy to <run_dir>/exported; a failed export is reported, training goes on."""
-    from mjfleet.rl.export import export_policy as export
-    from mjfleet.rl.export import policy_metadata
+    from mjfleet.deploy.export import export_policy as export
+    from mjfleet.deploy.export import policy_metadata
 
     actor = runner.alg.get_policy()
     obs = runner.env.get_observations().to(runner.device)

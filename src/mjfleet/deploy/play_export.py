@@ -21,7 +21,7 @@ def export_checkpoint_policy(
 
     `evaluation_command` is play's --command, if any: the metadata keeps it apart from the training ranges.
     `out` is the folder written (default: <the checkpoint's run directory>/exported)."""
-    from mjfleet.rl.export import export_policy, policy_metadata
+    from mjfleet.deploy.export import export_policy, policy_metadata
     from mjfleet.runs.checkpoints import checkpoint_run_dir
 
     meta = policy_metadata(

@@ -1,6 +1,6 @@
 """What an export needs beyond the network: the model as MJCF, the task's rules, and mjlab's metadata keys.
 
-`policy_metadata` (rl/export.py) gathers these from the environment; `export_policy` writes them beside
+`policy_metadata` (deploy/export.py) gathers these from the environment; `export_policy` writes them beside
 policy.onnx. docs/deploy.md defines every field; docs/coming-from-mjlab.md the mjlab keys.
 """
 
@@ -10,7 +10,7 @@ import math
 import pathlib
 from typing import Any
 
-from mjfleet.rl.export_check import ExportError
+from mjfleet.deploy.check import ExportError
 
 MJCF_FILE = "model.xml"
 MJLAB_KEYS = (

@@ -22,7 +22,7 @@ from typing import Any
 import torch
 from tensordict import TensorDict
 
-from mjfleet.rl.export_check import (
+from mjfleet.deploy.check import (
     ONNX_TOLERANCE,
     actor_input_groups,
     check_onnx,
@@ -113,24 +113,24 @@ def policy_metadata(
         "max_steps": int(env.max_episode_length),
         "length_s": float(cfg.episode_length_s) if cfg is not None else None,
     }
-    from mjfleet.rl import deploy_metadata
+    from mjfleet.deploy import metadata
     from mjfleet.runs.provenance import versions
 
     meta["versions"] = versions()
     meta.update({k: _plain(v) for k, v in extra.items()})
     rules = getattr(env, "deployment_rules", None)
     if callable(rules):  # the task states how its episodes run (reset, terminations, rewards, commands)
-        deployment = rules(deploy_metadata.trained_env_cfg(extra.get("checkpoint")))
+        deployment = rules(metadata.trained_env_cfg(extra.get("checkpoint")))
         if deployment is not None and deployment.get("commands"):
-            fixed = deploy_metadata.evaluation_command(deployment["commands"], evaluation_command)
+            fixed = metadata.evaluation_command(deployment["commands"], evaluation_command)
             deployment["evaluation_command"] = fixed
         meta["deployment"] = deployment
-    model_files = deploy_metadata.model_xml(env)
+    model_files = metadata.model_xml(env)
     if model_files is not None:
-        meta["mjcf"] = deploy_metadata.MJCF_FILE
+        meta["mjcf"] = metadata.MJCF_FILE
         meta["mjcf_assets"] = sorted(model_files[1])
         meta[_MJCF_TEXT] = model_files  # written by export_policy beside policy.onnx
-    meta["mjlab"] = deploy_metadata.mjlab_metadata(meta, str(extra.get("checkpoint") or ""))
+    meta["mjlab"] = metadata.mjlab_metadata(meta, str(extra.get("checkpoint") or ""))
     return meta
 
 
