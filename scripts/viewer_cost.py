@@ -52,8 +52,8 @@ def main() -> None:
     from mjfleet.launch.worker import WorkerContext
     from mjfleet.rl import FleetRunner
     from mjfleet.rl.runner import RunnerHooks
-    from mjfleet.runs.viser_scene import TrainingView
     from mjfleet.tasks import get_task
+    from mjfleet.viewers.scene import TrainingView
 
     if args.threads:
         torch.set_num_threads(args.threads)

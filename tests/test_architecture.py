@@ -12,7 +12,7 @@ LAYERS = [
     {"launch", "runs"},  # the worker context and the run's outputs, which rl/ is built on
     {"rl"},
     {"tasks"},  # a task is an environment plus its agent defaults (rl/config.py)
-    {"evaluation", "deploy"},  # deploy/: export, its checks and metadata, the shipped policies
+    {"evaluation", "deploy", "viewers"},  # deploy/: export and the shipped policies; viewers/: live views
     {"train", "play"},
     {"bench"},  # beside cli/, importing nothing from it
     {"cli"},

@@ -184,8 +184,8 @@ def test_the_browser_viewer_draws_the_walking_robots_and_takes_commands(trained,
 
 def test_the_browser_viewer_binds_loopback_and_moves_to_a_free_port_when_busy(tmp_path):
     """With the asked port taken, it serves on another one, on 127.0.0.1 only; no other port is opened."""
-    from mjfleet.runs.viser_viewer import BrowserViewer
     from mjfleet.tasks import get_task
+    from mjfleet.viewers.browser import BrowserViewer
 
     before = _listening_ports(os.getpid())  # what earlier tests in this process may have left listening
     spec = get_task("Cartpole-Balance")
@@ -285,7 +285,7 @@ def test_bad_browser_viewer_flags_are_one_line_usage_errors(flags, needle, tmp_p
 
 
 def test_only_a_viewer_that_other_machines_can_reach_gets_a_warning():
-    from mjfleet.runs.viser_scene import exposure_warning
+    from mjfleet.viewers.scene import exposure_warning
 
     assert exposure_warning("127.0.0.1") is None and exposure_warning("::1") is None
     warning = exposure_warning("0.0.0.0")
@@ -298,8 +298,8 @@ def test_only_a_viewer_that_other_machines_can_reach_gets_a_warning():
 
 def test_the_training_view_draws_at_most_fps_times_a_second():
     """`train --viewer viser`'s per-step hook: most steps cost one clock read, a drawing happens every 1/fps s."""
-    from mjfleet.runs.viser_scene import TrainingView
     from mjfleet.tasks import get_task
+    from mjfleet.viewers.scene import TrainingView
 
     spec = get_task("Cartpole-Balance")
     cfg = spec.env_config()
@@ -382,8 +382,8 @@ def test_the_browser_viewer_starts_a_recurrent_policys_memory_anew_on_reset_and_
     from rsl_rl.models import RNNModel
 
     from mjfleet.evaluation import ActorPolicy
-    from mjfleet.runs.viser_viewer import BrowserViewer
     from mjfleet.tasks import get_task
+    from mjfleet.viewers.browser import BrowserViewer
 
     spec = get_task("Cartpole-Balance")
     cfg = spec.env_config()

@@ -1,9 +1,9 @@
 """`play --viewer auto|native|viser`: choose the live viewer and wire it in.
 
-native is MuJoCo's window (mjfleet.runs.viewer, needs a display); viser serves the scene and its controls to a web
-browser (mjfleet.runs.viser_viewer), for headless machines; auto takes the window where one can be opened, else
+native is MuJoCo's window (mjfleet.viewers.native, needs a display); viser serves the scene and its controls to a web
+browser (mjfleet.viewers.browser), for headless machines; auto takes the window where one can be opened, else
 the browser. A bare `--viewer` means auto, as mjlab's play defaults to it.
-(`train --viewer viser`: mjfleet.runs.viser_scene.TrainingView.)
+(`train --viewer viser`: mjfleet.viewers.scene.TrainingView.)
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from mjfleet.errors import UsageError
-from mjfleet.runs.viser_scene import check_viewer_address, exposure_warning, viewer_address_line
+from mjfleet.viewers.scene import check_viewer_address, exposure_warning, viewer_address_line
 
 Viewer = Literal["none", "auto", "native", "viser"]
 LOOPBACK = "127.0.0.1"
@@ -46,7 +46,7 @@ def check_viewer_flags(flags: Any, num_envs: int) -> None:
 
 def choose_viewer(flags: Any, num_envs: int) -> Literal["native", "viser"] | None:
     """The viewer to open (None: no viewer); auto picks native only where a window really opens."""
-    from mjfleet.runs.viewer import check_display
+    from mjfleet.viewers.native import check_display
 
     check_viewer_flags(flags, num_envs)
     if flags.viewer == "none":
@@ -93,7 +93,7 @@ def open_viewer(
     if kind is None:
         return LiveView(act, None, lambda: None, {})
     if kind == "native":
-        from mjfleet.runs.viewer import EnvViewer
+        from mjfleet.viewers.native import EnvViewer
 
         window = EnvViewer(env, flags.viewer_env, flags.speed)
         print(
@@ -110,7 +110,7 @@ def open_viewer(
 
         return LiveView(act, on_step, window.close, summary)
 
-    from mjfleet.runs.viser_viewer import BrowserViewer
+    from mjfleet.viewers.browser import BrowserViewer
 
     checkpoints, load = _checkpoint_choices(checkpoint, env, flags, device)
     warning = exposure_warning(flags.viewer_host)

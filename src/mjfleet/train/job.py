@@ -58,9 +58,9 @@ def resolve(task_name: str, flags: Any, plan: WorkerPlan) -> TrainJob:
     """Apply device defaults, check every value once, choose the checkpoint to resume from and the run directory.
     `flags` are `train`'s (mjfleet.cli.train.TrainFlags with the task's --env.* / --agent.*); `plan` the workers'."""
     from mjfleet.launch.slurm import current_job
-    from mjfleet.runs.viser_scene import training_viewer_settings
     from mjfleet.tasks import get_task
     from mjfleet.tasks.plugins import environment_task_modules
+    from mjfleet.viewers.scene import training_viewer_settings
 
     spec = get_task(task_name)
     env, agent = flags.env, flags.agent  # the short aliases are applied already (mjfleet.cli.aliases)

@@ -71,7 +71,7 @@ def train(job: TrainJob, ctx: WorkerContext) -> dict[str, Any]:
                 hooks.video = TrainingVideo(env, job.run_dir.path / "videos", interval, length, width, height)
         view = None
         if ctx.is_main and job.viewer is not None:
-            from mjfleet.runs.viser_scene import open_training_viewer
+            from mjfleet.viewers.scene import open_training_viewer
 
             view = open_training_viewer(job.viewer, env, job.task)
             hooks.on_step = view.step

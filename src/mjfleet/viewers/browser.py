@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from mjfleet.runs.viser_scene import LOOPBACK, BatchScene
+from mjfleet.viewers.scene import LOOPBACK, BatchScene
 
 Policy = Callable[[Any], Any]
 PLOT_STEPS = 250
