@@ -49,7 +49,7 @@ def main() -> None:
 
     import torch
 
-    from mjfleet.launch.worker import WorkerContext
+    from mjfleet.fleet.context import WorkerContext
     from mjfleet.rl import FleetRunner
     from mjfleet.rl.runner import RunnerHooks
     from mjfleet.tasks import get_task

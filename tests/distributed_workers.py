@@ -12,7 +12,7 @@ import torch.distributed as dist
 import warp as wp
 from small_cartpole import cartpole_configs, rollout
 
-from mjfleet.launch.worker import WorkerContext, seed_for, start_worker
+from mjfleet.fleet.context import WorkerContext, seed_for, start_worker
 from mjfleet.rl import FleetRunner
 from mjfleet.rl.episode_stats import EpisodeStats
 
@@ -156,7 +156,7 @@ def shared_memory_rounds(plan, rounds: int) -> dict:
     import random
     import time
 
-    from mjfleet.rl.reduce import SharedMemory
+    from mjfleet.fleet.reduce import SharedMemory
 
     ctx = start_worker(plan)
     assert SharedMemory.available(1000, torch.float32)
@@ -177,7 +177,7 @@ def shared_memory_rounds(plan, rounds: int) -> dict:
             late.sum(torch.zeros(10))
         except RuntimeError as exc:
             timed_out = str(exc)
-    from mjfleet.rl.reduce import gather_json
+    from mjfleet.fleet.reduce import gather_json
 
     return gather_json({"wrong": wrong, "timed_out": timed_out}, ctx.world_size)
 

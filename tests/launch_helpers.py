@@ -14,8 +14,8 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from mjfleet.launch.devices import WorkerPlan
-from mjfleet.launch.worker import WorkerContext, seed_for, setup_worker
+from mjfleet.fleet.context import WorkerContext, seed_for, setup_worker
+from mjfleet.fleet.plan import WorkerPlan
 
 FAIL_FAST_NO_HANG_S = 120.0
 """The no-hang limit for a failing worker to end a run of 2 CPU workers. Fail-fast takes seconds (about 7 s on 2

@@ -9,10 +9,11 @@ LAYERS = [
     {"errors", "environ", "lazy", "signals", "timing", "warp_log", "assets"},  # shared helpers; model files
     {"sim"},
     {"envs"},
-    {"launch", "runs"},  # the worker context and the run's outputs, which rl/ is built on
+    {"fleet", "runs"},  # the worker runtime (context, reducers, liveness) and rank 0's outputs, under rl/
     {"rl"},
     {"tasks"},  # a task is an environment plus its agent defaults (rl/config.py)
     {"evaluation", "deploy", "viewers"},  # deploy/: export and the shipped policies; viewers/: live views
+    {"launch"},  # places workers and runs a function on them: above all that runs inside one
     {"train", "play"},
     {"bench"},  # beside cli/, importing nothing from it
     {"cli"},

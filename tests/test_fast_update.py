@@ -161,7 +161,7 @@ def test_a_variant_that_changes_the_loss_runs_the_reference():
             self.gradients.flat.mul_(2.0)
             return terms, kl
 
-    from mjfleet.launch.worker import WorkerContext
+    from mjfleet.fleet.context import WorkerContext
     from mjfleet.rl.build import build_ppo
 
     spec, env_cfg, agent = cartpole_configs()
@@ -172,7 +172,7 @@ def test_a_variant_that_changes_the_loss_runs_the_reference():
 
 def test_a_loss_setting_the_engine_does_not_write_out_runs_the_reference(monkeypatch, caplog):
     """A PPOLoss setting missing from the engine's WRITTEN_OUT: the engine is not used, with one warning."""
-    from mjfleet.launch.worker import WorkerContext
+    from mjfleet.fleet.context import WorkerContext
     from mjfleet.rl import fast
     from mjfleet.rl.build import build_ppo
 

@@ -6,7 +6,7 @@ import copy
 import pytest
 import torch
 
-from mjfleet.launch.worker import WorkerContext
+from mjfleet.fleet.context import WorkerContext
 from mjfleet.rl.gradients import AveragedGradients, RecordedGradients, fused
 
 

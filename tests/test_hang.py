@@ -1,4 +1,4 @@
-"""A rank that makes no progress ends the run in bounded time, naming it (launch/liveness.py); ranks that only
+"""A rank that makes no progress ends the run in bounded time, naming it (fleet/liveness.py); ranks that only
 wait for a long legitimate phase of another are not reported. The judgement and the message are pure and fast;
 the two runs through the users' `train` (a `kill -STOP` of rank 1, a long evaluation on rank 0) are `slow`."""
 
@@ -15,9 +15,9 @@ import pytest
 from helpers import BIN, TWO_CPU_WORKERS, iterations_in
 from launch_helpers import within_no_hang_limit
 
-from mjfleet.launch import liveness
-from mjfleet.launch.failure import HUNG, LOST_PEER, Failure, first_cause
-from mjfleet.launch.liveness import Beat, describe, hung_rank
+from mjfleet.fleet import liveness
+from mjfleet.fleet.failure import HUNG, LOST_PEER, Failure, first_cause
+from mjfleet.fleet.liveness import Beat, describe, hung_rank
 from mjfleet.runs.checkpoints import checkpoints_in, read_checkpoint
 
 TESTS = pathlib.Path(__file__).resolve().parent

@@ -463,7 +463,7 @@ def test_sigint_when_the_launching_host_is_one_of_the_hosts_stops_both_with_a_ch
 @pytest.mark.parametrize("fault", ["worker", "agent", "sshd", "stopped worker"])
 def test_a_fault_on_a_remote_host_ends_the_run_naming_that_host_and_rank(bed, tmp_path, fault):
     stderr = tmp_path / "stderr.txt"
-    # A stopped worker is found by the hang detection (launch/liveness.py), here with a short timeout.
+    # A stopped worker is found by the hang detection (fleet/liveness.py), here with a short timeout.
     flags = ("--hang-timeout-s", "15") if fault == "stopped worker" else ()
     proc = start_long_run(bed, tmp_path, "login", ["hosta", "hostb"], stderr, *flags)
     try:

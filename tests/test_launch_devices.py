@@ -6,8 +6,9 @@ import pytest
 import torch
 
 from mjfleet.errors import UsageError
+from mjfleet.fleet.plan import WorkerPlan
 from mjfleet.launch import devices
-from mjfleet.launch.devices import GpuRequest, WorkerPlan, make_plan, parse_gpu_ids
+from mjfleet.launch.devices import GpuRequest, make_plan, parse_gpu_ids
 
 
 @pytest.fixture(autouse=True)
@@ -244,7 +245,7 @@ def test_cpu_plan_never_initialises_cuda():
 import torch
 from mjfleet.launch.devices import make_plan, parse_gpu_ids
 from mjfleet.launch.launcher import run_workers
-from mjfleet.launch.worker import WorkerContext, setup_worker
+from mjfleet.fleet.context import WorkerContext, setup_worker
 
 plan = make_plan(parse_gpu_ids(["None"]))
 

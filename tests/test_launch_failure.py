@@ -1,4 +1,4 @@
-"""A worker's failure travels as a record (launch/failure.py), and the user's one line is made from it."""
+"""A worker's failure travels as a record (fleet/failure.py), and the user's one line is made from it."""
 
 from types import SimpleNamespace
 
@@ -6,7 +6,7 @@ import pytest
 import torch.distributed as dist
 
 from mjfleet.errors import UsageError
-from mjfleet.launch.failure import (
+from mjfleet.fleet.failure import (
     EXCEPTION,
     LOST_PEER,
     NO_PYTHON_ERROR,
@@ -85,6 +85,19 @@ def test_the_record_a_worker_wrote_comes_back_with_the_agents_rank_and_host():
     written = Failure(None, "", EXCEPTION, "ValueError: boom")
     assert from_process_failure(elastic_failure(written.to_json()), 5, "hostc") == Failure(
         5, "hostc", EXCEPTION, "ValueError: boom"
+    )
+
+
+def test_a_record_written_through_torch_elastics_error_handler_is_read_back(tmp_path, monkeypatch):
+    from torch.distributed.elastic.multiprocessing.errors import ProcessFailure, get_error_handler
+
+    error_file = tmp_path / "error.json"
+    monkeypatch.setenv("TORCHELASTIC_ERROR_FILE", str(error_file))
+    written = Failure(None, "", USAGE_ERROR, "unknown task 'Cartpol'")
+    get_error_handler().record_exception(written.as_exception())
+    seen = ProcessFailure(local_rank=0, pid=1, exitcode=1, error_file=str(error_file))
+    assert from_process_failure(seen, 2, "hostb") == Failure(
+        2, "hostb", USAGE_ERROR, "unknown task 'Cartpol'"
     )
 
 

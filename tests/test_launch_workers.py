@@ -19,9 +19,10 @@ import pytest
 from helpers import live_processes_in_session
 
 from mjfleet.errors import UsageError
-from mjfleet.launch.devices import WorkerPlan, make_plan, parse_gpu_ids
+from mjfleet.fleet.context import WorkerContext, egl_device_id, seed_for
+from mjfleet.fleet.plan import WorkerPlan
+from mjfleet.launch.devices import make_plan, parse_gpu_ids
 from mjfleet.launch.launcher import WorkerFailed, run_workers, worker_env, worker_log_dir
-from mjfleet.launch.worker import WorkerContext, egl_device_id, seed_for
 
 HELPERS_DIR = Path(launch_helpers.__file__).resolve().parent
 

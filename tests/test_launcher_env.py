@@ -12,15 +12,9 @@ import pytest
 import yaml
 
 from mjfleet.errors import UsageError
-from mjfleet.launch.external import LauncherEnv, read_launcher_env
-from mjfleet.launch.slurm import (
-    SlurmJob,
-    current_job,
-    expand_tasks_per_node,
-    join_srun_step,
-    launcher_variables,
-    requeue_before_time_limit,
-)
+from mjfleet.fleet.external import LauncherEnv, read_launcher_env
+from mjfleet.fleet.srun import expand_tasks_per_node, join_srun_step, launcher_variables
+from mjfleet.launch.slurm import SlurmJob, current_job, requeue_before_time_limit
 from mjfleet.runs.continuation import continuation_for, find_job_run, trim_metrics
 
 BIN = pathlib.Path(sys.executable).parent

@@ -229,7 +229,7 @@ def test_periodic_evaluation_logs_eval_rows_keeps_the_best_and_changes_nothing_i
 def test_a_one_worker_runner_reads_no_rank_variables(monkeypatch, tmp_path):
     """An explicit one-worker context: RANK/WORLD_SIZE left over from an outer launcher change nothing (a runner
     that read them would wait for 8 ranks that never come)."""
-    from mjfleet.launch.worker import WorkerContext
+    from mjfleet.fleet.context import WorkerContext
 
     monkeypatch.setenv("RANK", "3")
     monkeypatch.setenv("WORLD_SIZE", "8")

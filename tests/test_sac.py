@@ -144,7 +144,7 @@ def test_sac_stores_a_timed_out_step_with_its_final_observation_and_no_terminati
     observation of a finished environment is the one before its reset; a time-out is done, not terminated."""
     from small_cartpole import cartpole_configs
 
-    from mjfleet.launch.worker import WorkerContext
+    from mjfleet.fleet.context import WorkerContext
     from mjfleet.rl.sac.build import build_sac
 
     spec, cfg, agent = cartpole_configs(num_envs=8, episode_length_s=0.1)
@@ -254,7 +254,7 @@ def test_per_action_bounds_win_over_the_scalar_bound_and_must_fit_the_environmen
     from tensordict import TensorDict
 
     from mjfleet.errors import UsageError
-    from mjfleet.launch.worker import WorkerContext
+    from mjfleet.fleet.context import WorkerContext
     from mjfleet.rl.config import AgentConfig
     from mjfleet.rl.sac import SACConfig
     from mjfleet.rl.sac.build import build_sac

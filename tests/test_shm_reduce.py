@@ -9,7 +9,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from mjfleet.rl.reduce import SharedMemory
+from mjfleet.fleet.reduce import SharedMemory
 
 
 def _peer_exits(rank: int, store: str, out: str) -> None:
@@ -42,7 +42,7 @@ def test_the_mapping_file_is_created_for_this_user_only_and_never_reused(tmp_pat
     beforehand is refused rather than shared."""
     import stat
 
-    from mjfleet.rl.reduce import create_mapping_file
+    from mjfleet.fleet.reduce import create_mapping_file
 
     path = tmp_path / "mjfleet-reduce-test"
     create_mapping_file(path, 4096)

@@ -32,7 +32,7 @@ import torch.distributed as dist
 
 from mjfleet.bench import machine, report
 from mjfleet.envs import EnvConfig
-from mjfleet.launch.devices import WorkerPlan
+from mjfleet.fleet.plan import WorkerPlan
 from mjfleet.rl import AgentConfig
 from mjfleet.timing import Stopwatch, Timed
 
@@ -73,7 +73,7 @@ def bench_worker(job: BenchJob) -> dict[str, Any] | None:
     }
     import warp as wp
 
-    from mjfleet.launch.worker import seed_for, start_worker
+    from mjfleet.fleet.context import seed_for, start_worker
     from mjfleet.tasks import get_task
     from mjfleet.warp_log import quiet_warp
 
@@ -331,7 +331,7 @@ def _gather(result: dict[str, Any], ctx) -> list[dict[str, Any]]:
     """Every worker's measurements (as JSON: nothing a peer sends is unpickled), in rank order."""
     if ctx.world_size == 1:
         return [result]
-    from mjfleet.rl.reduce import gather_json
+    from mjfleet.fleet.reduce import gather_json
 
     return sorted(gather_json(result, ctx.world_size, ctx.group), key=lambda r: r["rank"])
 

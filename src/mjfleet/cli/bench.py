@@ -16,7 +16,8 @@ from mjfleet.bench.report import scaling, summarize_run, summarize_startup
 from mjfleet.bench.table import format_report
 from mjfleet.cli.common import parse_task_command, quiet_warp, user_errors, worker_plan
 from mjfleet.errors import UsageError
-from mjfleet.launch.devices import GpuRequest, WorkerPlan, make_plan
+from mjfleet.fleet.plan import WorkerPlan
+from mjfleet.launch.devices import GpuRequest, make_plan
 from mjfleet.launch.launcher import run_workers
 
 PROG = "bench"

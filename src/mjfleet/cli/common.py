@@ -12,7 +12,8 @@ from typing import Any, NoReturn
 from mjfleet.cli.aliases import apply_aliases, mjlab_flag_hint, mjlab_task_hint, task_flag_to_positional
 from mjfleet.cli.parse import parse_flags
 from mjfleet.errors import UsageError
-from mjfleet.launch.devices import GpuRequest, WorkerPlan, make_plan, parse_gpu_ids, runs_on_cpu
+from mjfleet.fleet.plan import WorkerPlan
+from mjfleet.launch.devices import GpuRequest, make_plan, parse_gpu_ids, runs_on_cpu
 from mjfleet.launch.launcher import WorkerFailed
 from mjfleet.warp_log import quiet_warp
 

@@ -17,9 +17,10 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from mjfleet.cli.common import command_argv, parse_task_command, user_errors, worker_plan
+from mjfleet.fleet.srun import join_srun_step
 from mjfleet.launch.devices import launched_externally
 from mjfleet.launch.launcher import DEFAULT_HANG_FIRST_TIMEOUT_S, DEFAULT_HANG_TIMEOUT_S, run_workers
-from mjfleet.launch.slurm import join_srun_step, requeue_before_time_limit
+from mjfleet.launch.slurm import requeue_before_time_limit
 from mjfleet.runs import RunDir
 from mjfleet.runs.checkpoints import checkpoint_iteration
 from mjfleet.train.job import TrainJob, reserve_run_dir

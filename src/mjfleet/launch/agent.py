@@ -4,7 +4,7 @@ It does what torchrunx's agent does (trade payloads with the launcher, spawn thi
 elastic, report their status every round; the protocol's classes come through launch/seam.py) with three pieces
 that hold the trust model (docs/distributed.md, "Network and trust"): logs go to the launcher as JSON after the
 run token (logserver.py), the launcher-agent group is signed and bound (group.py), and workers bind their store
-to the master address only (workerentry.py).
+to the master address only (worker.py).
 
 Everything it needs arrives as one JSON line on stdin, secrets included, so nothing private is on a command line.
 Stdin then stays open as the launcher's line to this agent: "signal N" forwards signal N to this host's workers
@@ -29,8 +29,8 @@ from typing import TYPE_CHECKING, Any
 
 import psutil
 
-from mjfleet.launch.liveness import BEAT_FILE_ENV, read_beat, start_file
-from mjfleet.launch.workerentry import die_with_parent, worker_entrypoint
+from mjfleet.fleet.liveness import BEAT_FILE_ENV, read_beat, start_file
+from mjfleet.launch.worker import die_with_parent, worker_entrypoint
 
 if TYPE_CHECKING:
     from mjfleet.launch.group import SignedGroup
@@ -119,7 +119,7 @@ def run_workers_here(group: SignedGroup, logger_address: str, logger_port: int) 
         name=f"{hostname}_",
         entrypoint=worker_entrypoint,
         args={i: (a.serialize(),) for i, a in worker_args.items()},
-        # the agent's environment is copied to its workers as it is, plus where each one beats (liveness.py)
+        # the agent's environment is copied to its workers as it is, plus where each one beats (fleet/liveness.py)
         envs={i: {BEAT_FILE_ENV: beat_files[a.rank]} for i, a in worker_args.items()},
         logs_specs=DefaultLogsSpecs(log_dir=tempfile.mkdtemp()),  # output goes to the launcher's log server
     )
@@ -143,10 +143,9 @@ def run_workers_here(group: SignedGroup, logger_address: str, logger_port: int) 
 
 def _status(result: Any, ranks: list[int], host: str, beat_files: dict[int, str]) -> AgentStatus:
     """This host's status from torch elastic's result (None while every worker runs): while running, its
-    workers' last beats (liveness.py; the launcher judges them); then the return values by local rank, a failed
-    worker's replaced by its failure record (launch/failure.py; workerentry.py returns one for an exception it
-    caught)."""
-    from mjfleet.launch.failure import Failure, from_process_failure
+    workers' last beats (fleet/liveness.py; the launcher judges them); then the return values by local rank, a failed
+    worker's replaced by its failure record (fleet/failure.py, written to torch elastic's error file)."""
+    from mjfleet.fleet.failure import Failure, from_process_failure
     from mjfleet.launch.seam import AgentStatus
 
     if result is None:

@@ -110,12 +110,6 @@ def rendezvous_address(hosts: list[Host], requested: str | None = None) -> str:
     return address
 
 
-def is_this_host(name: str) -> bool:
-    """Whether `name` is the machine this process runs on ("localhost", a loopback address, its host name)."""
-    here = socket.gethostname()
-    return name in ("localhost", "127.0.0.1", "::1", here, here.split(".")[0])
-
-
 def resolve_host_names(hosts: list[str] | None) -> tuple[str, ...]:
     """The hosts of a run, as typed: `localhost` when none, the allocation's nodes for `slurm`; no repeats."""
     names = [h.strip() for h in (hosts or []) if h.strip()]
@@ -136,17 +130,18 @@ def resolve_host_names(hosts: list[str] | None) -> tuple[str, ...]:
 
 
 def _slurm_hosts() -> tuple[str, ...]:
-    """The allocation's node names, found the way torchrunx does (`scontrol show hostnames`)."""
-    from mjfleet.launch.seam import in_slurm_job, slurm_hosts
+    """The allocation's node names (`scontrol show hostnames`, as torchrunx finds them)."""
+    from mjfleet.fleet.srun import SlurmError, scontrol_hostnames
+    from mjfleet.launch.slurm import current_job
 
-    if not in_slurm_job():
+    if current_job() is None:
         raise UsageError(
             "--hosts slurm: not inside a SLURM allocation (SLURM_JOB_ID is not set); "
             "run under salloc/sbatch, or list hosts by name"
         )
     try:
-        names = [h for h in slurm_hosts() if h]
-    except (OSError, subprocess.SubprocessError, RuntimeError) as exc:  # scontrol missing or failing
+        names = scontrol_hostnames()
+    except SlurmError as exc:  # scontrol missing or failing
         raise UsageError(
             f"--hosts slurm: could not list the allocation's nodes with scontrol: {exc}"
         ) from None

@@ -1,13 +1,13 @@
-"""Run a function on the workers of a :class:`~mjfleet.launch.devices.WorkerPlan`.
+"""Run a function on the workers of a :class:`~mjfleet.fleet.plan.WorkerPlan`.
 
 One worker in total runs the function in this process. More workers are started with torchrunx's agent: one
-agent process per host (over the system's ssh for remote hosts, launch/fleet.py), which spawns that host's
+agent process per host (over the system's ssh for remote hosts, launch/agents.py), which spawns that host's
 workers; the process group (nccl on GPUs, gloo on CPU) exists before the function starts, and rank 0's return
 value comes back. Every listener binds one address (loopback on one host) and nothing from the network is
 unpickled without the run's token (docs/distributed.md, "Network and trust").
 
 Fail fast: an exception in any worker is printed as ``[rank N] <traceback>`` and ends that worker at
-once; its agent then stops the others and sends the launcher the worker's failure record (launch/failure.py),
+once; its agent then stops the others and sends the launcher the worker's failure record (fleet/failure.py),
 from which this process raises :class:`WorkerFailed` naming the rank, its host and its log file.
 
 Console and log files: rank 0's stdout/stderr stream to this console; other ranks show WARNING and
@@ -39,12 +39,11 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from mjfleet.errors import UsageError, first_line
-from mjfleet.launch.devices import WorkerPlan
-from mjfleet.launch.failure import USAGE_ERROR, Failure, first_cause
+from mjfleet.fleet.failure import USAGE_ERROR, Failure, first_cause
+from mjfleet.fleet.plan import WorkerPlan
 from mjfleet.launch.logserver import log_file, log_folder
 from mjfleet.launch.relay import SignalRelay
-from mjfleet.launch.worker import PREFIXED_ATTR, log_level_from_env, worker_main
-from mjfleet.launch.workerentry import MASTER_ENV
+from mjfleet.launch.worker import MASTER_ENV, PREFIXED_ATTR, log_level_from_env, worker_main
 
 R = TypeVar("R")
 
@@ -111,7 +110,7 @@ def run_workers(
     :class:`Interrupted` after SIGINT/SIGTERM.
 
     Several workers: a rank that makes no progress for ``hang_timeout_s`` seconds (``hang_first_timeout_s``
-    before its first iteration ends; 0: not watched) ends the run as a "hung" failure (launch/liveness.py).
+    before its first iteration ends; 0: not watched) ends the run as a "hung" failure (fleet/liveness.py).
     """
     if plan.in_process:
         return _run_in_process(fn, args, kwargs)
@@ -168,7 +167,7 @@ def _run_with_agents(
     import cloudpickle
     import torch.distributed as dist
 
-    from mjfleet.launch.fleet import AgentEnded, FleetFailure, run_agents
+    from mjfleet.launch.agents import AgentEnded, FleetFailure, run_agents
     from mjfleet.launch.hosts import rendezvous_address, resolve_hosts
     from mjfleet.launch.seam import AgentFailedError, LauncherPayload
 

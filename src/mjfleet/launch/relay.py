@@ -77,7 +77,7 @@ class SignalRelay:
         self._agents: list = []
 
     def add_agents(self, agents: list) -> None:
-        """The agents of a run (launch/fleet.py): a signal is passed to their workers, not to them. Local workers
+        """The agents of a run (launch/agents.py): a signal is passed to their workers, not to them. Local workers
         get it from this process like any other child; remote ones through their agent's line ("signal N")."""
         self._agents = list(agents)
 

@@ -3,7 +3,7 @@
 torchrunx's public surface (``Launcher``, ``LaunchResult``, ``DEFAULT_ENV_VARS_FOR_COPY``, two errors) cannot hold
 mjfleet's trust model: its launcher and agent listen on every interface, unpickle what arrives, and take their
 log server, group and worker entry point from module globals. So mjfleet runs torchrunx's launcher-agent
-protocol itself (launch/fleet.py on the launching host, launch/agent.py on each host, launch/workerentry.py in
+protocol itself (launch/agents.py on the launching host, launch/agent.py on each host, launch/worker.py in
 each worker) with the protocol's own classes, listed below. Each entry of :data:`RELIED_ON` names a torchrunx
 name and the parameters, fields or attributes mjfleet uses; tests/test_torchrunx_seam.py checks every one, so a
 torchrunx upgrade that changes them fails there, naming the name, rather than at a user's launch.
@@ -21,7 +21,6 @@ from torchrunx import DEFAULT_ENV_VARS_FOR_COPY, AgentFailedError
 # are torchrunx's so that the agents and workers stay torchrunx's design (one agent per host, one worker per
 # GPU, spawned by torch elastic) and so that a change of that design shows here first.
 from torchrunx.utils.comm import AgentPayload, AgentStatus, LauncherAgentGroup, LauncherPayload, get_open_port
-from torchrunx.utils.environment import in_slurm_job, slurm_hosts
 from torchrunx.utils.log_streaming import redirect_stdio_to_logger
 from torchrunx.worker import WorkerArgs
 
@@ -35,8 +34,6 @@ __all__ = [
     "LauncherPayload",
     "WorkerArgs",
     "get_open_port",
-    "in_slurm_job",
-    "slurm_hosts",
     "redirect_stdio_to_logger",
 ]
 
@@ -77,21 +74,11 @@ RELIED_ON = (
         "torchrunx.utils.comm.AgentStatus",
         ("state", "return_values"),
         "an agent's report each round: running / failed / done, and its workers' results by local rank (a failed "
-        "worker's as mjfleet's failure record, launch/failure.py); while running, their liveness beats "
-        "(launch/liveness.py)",
+        "worker's as mjfleet's failure record, fleet/failure.py); while running, their liveness beats "
+        "(fleet/liveness.py)",
     ),
     Reliance(
         "torchrunx.utils.comm.get_open_port", (), "the free port the first agent offers for rank 0's store"
-    ),
-    Reliance(
-        "torchrunx.utils.environment.in_slurm_job",
-        (),
-        "--hosts slurm: whether this runs inside an allocation",
-    ),
-    Reliance(
-        "torchrunx.utils.environment.slurm_hosts",
-        (),
-        "--hosts slurm: the allocation's node names, found as torchrunx finds them (scontrol show hostnames)",
     ),
     Reliance(
         "torchrunx.utils.log_streaming.redirect_stdio_to_logger",

@@ -1,35 +1,36 @@
-"""What runs inside each worker: who am I (rank, device), seeding, process group and device setup.
+"""A worker process from start to end: what mjfleet's agent starts through torch elastic on every host.
 
-This module is the one place that reads the launcher's RANK / LOCAL_RANK / WORLD_SIZE variables and the one place
-that creates the process group. A worker function started by :func:`mjfleet.launch.launcher.run_workers` begins
-with::
-
-    ctx = start_worker(plan)                # WorkerContext: rank, device, backend, process group
-    torch.manual_seed(seed_for(seed, ctx))
-
-and hands `ctx` to everything below it (`mjfleet.rl.FleetRunner` takes it as an argument).
+`worker_entrypoint` is torchrunx's worker entry point with the same steps, except: logs go to the launcher
+authenticated and as JSON, rank 0's store listens on the master address only (not every interface), the master
+address is the launcher's choice rather than the first agent's host name, and the worker dies with its agent.
+It then calls `worker_main`, which runs the launcher's function and turns any failure into a record for the
+agent (fleet/failure.py) and a prompt exit. What the function does inside the worker (its context, process group,
+reducers, liveness) is mjfleet.fleet's.
 """
 
 from __future__ import annotations
 
-import json
+import ctypes
+import datetime
 import logging
 import os
 import signal
 import sys
 import time
 import traceback
-from collections.abc import Mapping
-from dataclasses import dataclass, replace
 from logging.handlers import SocketHandler
 from typing import Any, NoReturn
 
-import torch
 import torch.distributed as dist
+from torch.distributed.elastic.multiprocessing.errors import get_error_handler
 
-from mjfleet.launch.devices import WorkerPlan
-from mjfleet.launch.failure import LOST_PEER, USAGE_ERROR, Failure, from_exception, summary
+from mjfleet.fleet import liveness
+from mjfleet.fleet.context import join_process_group
+from mjfleet.fleet.failure import LOST_PEER, USAGE_ERROR, from_exception, summary
+from mjfleet.fleet.plan import WorkerPlan
 
+MASTER_ENV = "MJFLEET_MASTER_ADDR"
+"""The address rank 0's store binds and every worker connects to (the launcher's choice, not a host name)."""
 FAILURE_EXIT_CODE = 1
 LOST_PEER_DELAY_S = 3.0
 """How long a worker whose collective failed waits before reporting: long enough for the agent (which
@@ -37,120 +38,51 @@ polls every second) to see the worker that failed first, so that one is named as
 
 PREFIXED_ATTR = "mjfleet_rank_prefixed"
 """Log-record attribute marking a message that already starts with "[rank N]" (see launcher's console)."""
+_PR_SET_PDEATHSIG = 1
 
 
-@dataclass(frozen=True)
-class WorkerContext:
-    """This process's place in the run: global rank, rank on its host, total workers, torch device, and the
-    process group its collectives use (None for one worker)."""
-
-    rank: int
-    local_rank: int
-    world_size: int
-    device: str
-    backend: str
-    group: Any = None
-    """The torch.distributed process group of the run's workers (`setup_worker` joins it); None: one worker."""
-
-    @classmethod
-    def single(cls, device: str = "cpu") -> WorkerContext:
-        """The context of a run with one worker, in this process: nothing to exchange with, no process group."""
-        backend = "nccl" if str(device).startswith("cuda") else "gloo"
-        return cls(0, 0, 1, str(device), backend)
-
-    @property
-    def is_main(self) -> bool:
-        """Rank 0: the only worker that writes the run directory and prints progress."""
-        return self.rank == 0
-
-    @property
-    def is_distributed(self) -> bool:
-        return self.world_size > 1
-
-    @classmethod
-    def from_env(cls, plan: WorkerPlan, environ: Mapping[str, str] | None = None) -> WorkerContext:
-        """Read RANK, LOCAL_RANK, WORLD_SIZE (defaults 0, 0, 1); the device is the plan's for this local rank.
-
-        A plan that runs its one worker in this process is rank 0 of 1 whatever the environment holds (variables
-        left over from an outer launcher must not leak into the run)."""
-        if plan.in_process:
-            return cls(0, 0, 1, plan.devices[0], plan.backend)
-        env = os.environ if environ is None else environ
-        rank = int(env.get("RANK", "0"))
-        local_rank = int(env.get("LOCAL_RANK", "0"))
-        world_size = int(env.get("WORLD_SIZE", "1"))
-        if not 0 <= local_rank < plan.workers_per_host:
-            raise RuntimeError(
-                f"LOCAL_RANK={local_rank} but the plan has {plan.workers_per_host} worker(s) per host"
-            )
-        if world_size != plan.world_size:
-            raise RuntimeError(f"WORLD_SIZE={world_size} but the plan has {plan.world_size} worker(s)")
-        return cls(rank, local_rank, world_size, plan.devices[local_rank], plan.backend)
+def die_with_parent(sig: int = signal.SIGKILL) -> None:
+    """Ask Linux to send `sig` to this process when its parent ends (no-op elsewhere)."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, sig)
+    except (OSError, AttributeError):
+        pass
 
 
-def seed_for(base_seed: int, ctx: WorkerContext) -> int:
-    """Each worker's seed: the base seed plus the GLOBAL rank, so hosts never repeat each other's data."""
-    return base_seed + ctx.rank
+def worker_entrypoint(serialized_worker_args: bytes) -> object:
+    """torch elastic's entry point of a worker: its environment, logs and process group, then the function
+    (`worker_main`, which never raises: it ends the process on any failure)."""
+    from mjfleet.launch.group import TOKEN_ENV, store
+    from mjfleet.launch.logserver import send_logs_to
+    from mjfleet.launch.seam import WorkerArgs, redirect_stdio_to_logger
 
-
-def start_worker(plan: WorkerPlan) -> WorkerContext:
-    """This worker's context, read from the launcher's environment, with the process set up and the process group
-    joined (`setup_worker`)."""
-    return setup_worker(WorkerContext.from_env(plan), plan)
-
-
-def setup_worker(ctx: WorkerContext, plan: WorkerPlan) -> WorkerContext:
-    """Prepare this process for its share of the work; safe to call more than once. Returns `ctx` with its
-    process group.
-
-    ``torch.set_num_threads(plan.threads_per_worker)`` (CPU workers: 1 by default; GPU workers: the host's
-    cores split among them). GPU: make the worker's GPU the current CUDA device and point MuJoCo's EGL renderer
-    at the same GPU. Several workers: join the default process group (torchrunx normally created it already,
-    with the plan's backend; torchrun and srun leave that to the worker: mjfleet creates it here and nowhere
-    else).
-    """
-    # CPU: 1 per worker by default; GPU workers split the cores
-    torch.set_num_threads(plan.threads_per_worker)
-    if not plan.is_cpu:
-        torch.cuda.set_device(torch.device(ctx.device))
-        physical = plan.physical_gpu(ctx.local_rank)
-        index_here = torch.device(ctx.device).index or 0
-        egl = egl_device_id(physical, index_here, os.environ.get("CUDA_VISIBLE_DEVICES"))
-        if egl is not None:
-            os.environ["MUJOCO_EGL_DEVICE_ID"] = egl
-    if not ctx.is_distributed:
-        return ctx
-    if not dist.is_initialized():
-        join_process_group(ctx.backend, ctx.rank, ctx.world_size)
-    return replace(ctx, group=dist.group.WORLD)
-
-
-def join_process_group(
-    backend: str, rank: int, world_size: int, store: Any = None, timeout: Any = None
-) -> None:
-    """The one place a worker joins its run's process group: through `store` when mjfleet's launcher started it
-    (a store bound to one address: `launch/workerentry.py`), else through the external launcher's env://
-    rendezvous (torchrun, srun: MASTER_ADDR, MASTER_PORT)."""
-    how: dict[str, Any] = {"store": store} if store is not None else {"init_method": "env://"}
-    if timeout is not None:
-        how["timeout"] = timeout
-    dist.init_process_group(backend=backend, rank=rank, world_size=world_size, **how)
-
-
-def egl_device_id(physical: str, index_here: int, cuda_visible_devices: str | None) -> str | None:
-    """MUJOCO_EGL_DEVICE_ID naming one GPU, or None when it has no number (a UUID).
-
-    ``physical`` is the GPU's CUDA_VISIBLE_DEVICES entry for a fresh process, ``index_here`` its cuda:<index>
-    in this process, ``cuda_visible_devices`` this process's CUDA_VISIBLE_DEVICES.
-    """
-    if not physical.isdigit():
-        return None
-    visible = [v.strip() for v in (cuda_visible_devices or "").split(",") if v.strip()]
-    # mujoco's EGL loader reads a number below len(CUDA_VISIBLE_DEVICES) as an index into it and a larger one
-    # as a physical id. The physical id is right unless it is also a valid index that points elsewhere.
-    if int(physical) < len(visible) and visible[int(physical)] != physical:
-        return str(index_here)
-    return physical
+    die_with_parent()
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # the agent ignores it; a worker must not
+    args = WorkerArgs.from_bytes(serialized_worker_args)
+    token = os.environ.pop(TOKEN_ENV, "")  # the run's function has no use for it
+    send_logs_to(args.hostname, args.local_rank, args.logger_hostname, args.logger_port, token)
+    redirect_stdio_to_logger(logging.getLogger())
+    master = os.environ.get(MASTER_ENV) or args.master_hostname
+    os.environ.update(
+        RANK=str(args.rank),
+        LOCAL_RANK=str(args.local_rank),
+        GROUP_RANK=str(args.node_rank),
+        LOCAL_WORLD_SIZE=str(args.local_world_size),
+        WORLD_SIZE=str(args.world_size),
+        MASTER_ADDR=master,
+        MASTER_PORT=str(args.master_port),
+    )
+    if args.backend is not None:
+        kv = store(master, args.master_port, args.world_size, args.rank == 0, args.timeout)
+        timeout = datetime.timedelta(seconds=args.timeout)
+        join_process_group(args.backend, args.rank, args.world_size, store=kv, timeout=timeout)
+    try:
+        result = args.function()
+        liveness.finished()  # it now waits for the other workers to end: not a hang
+        return result
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
 
 
 def worker_main(plan: WorkerPlan, payload: bytes) -> Any:
@@ -159,7 +91,7 @@ def worker_main(plan: WorkerPlan, payload: bytes) -> Any:
     Unpickling happens here rather than in the torchrunx agent, so a function whose module cannot be
     imported is reported like any other worker error. Any exception is printed as "[rank N] <traceback>" (a
     UsageError, the user's to fix, as "[rank N] UsageError: <message>"; Ctrl-C as "[rank N] interrupted"),
-    recorded as this process's failure record for the agent (launch/failure.py, in torch elastic's error
+    recorded as this process's failure record for the agent (fleet/failure.py, in torch elastic's error
     file), and the process
     exits at once with a non-zero code: the agent then stops the other workers instead of letting them
     wait in a collective until the process-group timeout. Only rank 0's return value is sent back.
@@ -218,7 +150,8 @@ def _fail(rank: int, exc: BaseException, exit_code: int) -> NoReturn:
         report = f"[rank {rank}] {summary(exc)}"
     else:
         report = f"[rank {rank}] " + "".join(traceback.format_exception(exc)).rstrip()
-    _write_error_file(record)
+    # torch elastic's error file, which the agent reads back (fleet/failure.py: from_process_failure)
+    get_error_handler().record_exception(record.as_exception())
     root = logging.getLogger()
     if any(isinstance(h, SocketHandler) for h in root.handlers):
         # Logged directly (synchronously over torchrunx's log socket): text written to stderr goes through
@@ -232,16 +165,3 @@ def _fail(rank: int, exc: BaseException, exit_code: int) -> NoReturn:
         except (OSError, ValueError):
             pass
     os._exit(exit_code)
-
-
-def _write_error_file(record: Failure) -> None:
-    """Leave this worker's failure record where torch elastic looks for an error message (its "message" field,
-    as JSON text); the agent reads it back (launch/failure.py) and sends it to the launcher."""
-    path = os.environ.get("TORCHELASTIC_ERROR_FILE")
-    if not path:
-        return
-    try:
-        with open(path, "w") as f:
-            json.dump({"message": record.to_json(), "timestamp": str(int(time.time()))}, f)
-    except OSError:
-        pass

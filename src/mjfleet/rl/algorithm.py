@@ -1,7 +1,7 @@
 """The contract between the runner and a learning algorithm, and the algorithms mjfleet knows by name.
 
 The runner (`mjfleet.rl.runner`), checkpoints (`mjfleet.rl.checkpoint`), the ranks' consistency check
-(`mjfleet.rl.agreement`), `bench` and `play` use an algorithm only through `Algorithm`; none of them imports an
+(`mjfleet.fleet.agreement`), `bench` and `play` use an algorithm only through `Algorithm`; none of them imports an
 algorithm's class. An iteration is: `act` and `process_env_step` once per environment step, then `update` with the
 observation after the rollout's last step. What differs between on-policy and off-policy learning lives inside
 `update`: PPO computes its returns and runs its epochs over the rollout; SAC takes its gradient steps on samples
@@ -25,7 +25,7 @@ from mjfleet.errors import UsageError
 if TYPE_CHECKING:
     from tensordict import TensorDict
 
-    from mjfleet.launch.worker import WorkerContext
+    from mjfleet.fleet.context import WorkerContext
     from mjfleet.rl.config import AgentConfig
     from mjfleet.rl.gradients import AveragedGradients
 

@@ -14,7 +14,7 @@ import torch
 from tensordict import TensorDict
 
 from mjfleet.errors import UsageError, first_line
-from mjfleet.launch.worker import WorkerContext
+from mjfleet.fleet.context import WorkerContext
 from mjfleet.rl.config import AgentConfig
 from mjfleet.rl.distribution import GaussianDistribution
 from mjfleet.rl.ppo import FleetPPO

@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from mjfleet.rl.reduce import Reducer
+from mjfleet.fleet.reduce import Reducer
 
 
 def write(path: str | os.PathLike, state: dict[str, Any]) -> None:

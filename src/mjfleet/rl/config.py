@@ -65,7 +65,7 @@ class PPOConfig:
     with the adaptive schedule, the actor's steps start from its smallest learning rate, raised as the KL allows.
     0: neither (docs/runs.md says why both). Other runs: no effect."""
     gradient_reducer: Literal["auto", "all-reduce", "all-gather", "shared-memory", "none"] = "auto"
-    """Several workers: how gradients are averaged after every minibatch (mjfleet.rl.reduce). auto: all-reduce on
+    """Several workers: how gradients are averaged after every minibatch (mjfleet.fleet.reduce). auto: all-reduce on
     GPUs, shared memory between CPU workers of one host, else all-gather (gloo, <= 4 workers) or all-reduce.
     none: no averaging, each worker trains its own policy from the same start (for experiments and tests that
     show what averaging does; statistics and the stop signal are still shared)."""

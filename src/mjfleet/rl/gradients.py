@@ -6,7 +6,7 @@ step every rank takes alike:
 - every trained parameter's `.grad` is a view of ONE flat buffer (named slices per network, plus optional extra
   slots for numbers that must be averaged with the gradients, e.g. PPO's minibatch KL): backward writes into it in
   place, zeroing is one operation, and the reducer sends it as it is;
-- after every minibatch / gradient step the reducer (`mjfleet.rl.reduce`: all-reduce, all-gather, shared memory
+- after every minibatch / gradient step the reducer (`mjfleet.fleet.reduce`: all-reduce, all-gather, shared memory
   or none) averages that buffer in ONE collective, so every rank holds the same gradients;
 - optionally accumulated first over `sync_period` minibatches (one collective per group);
 - each network is clipped to its own norm (rsl_rl's `clip_grad_norm_` per network, on its slice);
@@ -31,8 +31,8 @@ from typing import Generic, TypeVar
 import torch
 
 from mjfleet.errors import first_line
+from mjfleet.fleet.reduce import Reducer, choose_reducer
 from mjfleet.rl.normalizer import update_normalizer
-from mjfleet.rl.reduce import Reducer, choose_reducer
 
 log = logging.getLogger(__name__)
 
@@ -86,7 +86,7 @@ class AveragedGradients:
         return self.reducer.name if self.reducer is not None else None
 
     def connect(self, strategy: str, ctx) -> None:
-        """Choose the reducer for `ctx`'s workers (`mjfleet.rl.reduce.choose_reducer`: collective, every rank
+        """Choose the reducer for `ctx`'s workers (`mjfleet.fleet.reduce.choose_reducer`: collective, every rank
         calls it); one worker keeps none."""
         if ctx.is_distributed:
             self.reducer = choose_reducer(strategy, self.flat, ctx.group)

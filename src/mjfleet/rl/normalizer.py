@@ -2,7 +2,7 @@
 
 rsl_rl's `EmpiricalNormalization.update` calls `torch.distributed.all_reduce` itself whenever a process group
 exists, beside whatever averages the gradients. Here the same arithmetic runs with its sums taken by the reducer
-(`mjfleet.rl.reduce`, through `mjfleet.rl.gradients`), so every exchange between workers goes through one object: the batch's count and
+(`mjfleet.fleet.reduce`, through `mjfleet.rl.gradients`), so every exchange between workers goes through one object: the batch's count and
 mean-sum in one call, then the variance-sum around the global mean in a second (rsl_rl makes three calls). The
 result is the one rsl_rl computes: identical statistics on every rank, those of one process holding every
 rank's batch.

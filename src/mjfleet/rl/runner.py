@@ -12,10 +12,10 @@ from typing import Any, Protocol
 
 import torch
 
-from mjfleet.launch import liveness
-from mjfleet.launch.worker import WorkerContext
+from mjfleet.fleet import liveness
+from mjfleet.fleet.agreement import agreed_stop, check_consistency
+from mjfleet.fleet.context import WorkerContext
 from mjfleet.rl import checkpoint
-from mjfleet.rl.agreement import agreed_stop, check_consistency
 from mjfleet.rl.algorithm import Algorithm, build_algorithm, load_checkpoint_state
 from mjfleet.rl.config import AgentConfig
 from mjfleet.rl.episode_stats import EpisodeStats
@@ -74,7 +74,7 @@ class FleetRunner:
       to a written checkpoint (pruning, export, upload) is the job's (`RunnerHooks.on_checkpoint`). A checkpoint
       of another algorithm is refused with a usage error.
     - A `StopRequest` (SIGINT/SIGTERM) is checked once per iteration; all ranks agree on it
-      (`mjfleet.rl.agreement`), so they stop after the same iteration, save, and `learn` returns with
+      (`mjfleet.fleet.agreement`), so they stop after the same iteration, save, and `learn` returns with
       `interrupted` set.
     - On CPU with `update_threads` > the torch threads the worker collects with, each update runs on either
       count, whichever measures faster (`mjfleet.rl.update_threads`).

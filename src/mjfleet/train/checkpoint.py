@@ -85,7 +85,7 @@ class PeriodicEvaluation:
     def __call__(self, runner: FleetRunner, done: int) -> dict[str, Any]:
         if self.interval <= 0 or done % self.interval:
             return {}
-        from mjfleet.launch import liveness
+        from mjfleet.fleet import liveness
 
         with liveness.ticking(f"evaluating after iteration {done}"):  # the other ranks wait: not a hang
             return self._evaluate(runner, done)

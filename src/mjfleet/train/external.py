@@ -9,9 +9,9 @@ from collections.abc import Callable
 from typing import Any
 
 from mjfleet.errors import UsageError
+from mjfleet.fleet.context import start_worker
+from mjfleet.fleet.external import leave_together
 from mjfleet.launch.devices import external_plan, parse_gpu_ids
-from mjfleet.launch.external import leave_together
-from mjfleet.launch.worker import start_worker
 from mjfleet.train.job import TrainJob, reserve_run_dir, resolve
 
 
@@ -60,7 +60,7 @@ def _agree_on_job(ctx, plan, task_name: str, flags: Any, argv: list[str]) -> Tra
     """Rank 0 resolves the job (its run directory, its resume choice); the others resolve the same flags without
     choosing or reserving anything, then take rank 0's run directory and checkpoint, sent as JSON. A usage error
     on rank 0 ends every rank (rank 0 says why)."""
-    from mjfleet.rl.reduce import broadcast_json
+    from mjfleet.fleet.reduce import broadcast_json
 
     agreed: dict[str, Any] = {}
     if ctx.is_main:

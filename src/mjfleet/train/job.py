@@ -10,7 +10,7 @@ from typing import Any
 
 from mjfleet.envs import EnvConfig
 from mjfleet.errors import UsageError
-from mjfleet.launch.devices import WorkerPlan
+from mjfleet.fleet.plan import WorkerPlan
 from mjfleet.rl import AgentConfig
 from mjfleet.runs import Retention, RunDir
 from mjfleet.runs.checkpoints import (

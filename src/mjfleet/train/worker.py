@@ -8,8 +8,8 @@ import sys
 import time
 from typing import Any
 
+from mjfleet.fleet.context import WorkerContext, seed_for, start_worker
 from mjfleet.launch.launcher import Interrupted
-from mjfleet.launch.worker import WorkerContext, seed_for, start_worker
 from mjfleet.runs import RunDir
 from mjfleet.train.job import TrainJob
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from mjfleet.errors import UsageError
-from mjfleet.launch.worker import WorkerContext
+from mjfleet.fleet.context import WorkerContext
 from mjfleet.rl.build import select_observations
 from mjfleet.rl.config import AgentConfig
 from mjfleet.rl.sac.algorithm import FleetSAC

@@ -91,7 +91,7 @@ class SACConfig:
     a CUDA graph and replay it for every step; batches, noise, averaging and the optimizer step stay outside, so
     the steps are those of the plain path with far fewer kernel launches."""
     gradient_reducer: Literal["auto", "all-reduce", "all-gather", "shared-memory", "none"] = "auto"
-    """Several workers: how gradients are averaged after every gradient step (mjfleet.rl.reduce; as PPO's)."""
+    """Several workers: how gradients are averaged after every gradient step (mjfleet.fleet.reduce; as PPO's)."""
     log_std_min: float = -5.0
     log_std_max: float = 2.0
     """The actor's log standard deviation is squashed into [min, max]: no collapse, no runaway exploration."""

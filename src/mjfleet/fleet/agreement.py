@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterable
 
 import torch
 
-from mjfleet.rl.reduce import Reducer
+from mjfleet.fleet.reduce import Reducer
 
 
 def agreed_stop(

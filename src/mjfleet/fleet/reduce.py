@@ -35,7 +35,7 @@ import torch
 import torch.distributed as dist
 
 from mjfleet.errors import UsageError
-from mjfleet.launch.liveness import waits
+from mjfleet.fleet.liveness import waits
 
 REDUCERS = ("auto", "all-reduce", "all-gather", "shared-memory", "none")
 ALL_GATHER_MAX_WORKERS = 4

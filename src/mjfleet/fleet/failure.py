@@ -1,7 +1,8 @@
 """A worker's failure as a record, from the worker (or its agent) to the launcher, and the user's message made
 from it in one place.
 
-A worker that fails writes its :class:`Failure` as JSON into torch elastic's error file; its agent reads it back
+A worker that fails has torch elastic write its :class:`Failure` (as JSON, carried by a :class:`RecordedFailure`)
+into torch elastic's error file (`ErrorHandler.record_exception`); its agent reads it back
 (or makes one when the worker died without writing any: a signal, an exit status) and sends it to the launcher in
 its status; the launcher picks the cause among all failures (:func:`first_cause`) and raises one line made by
 :meth:`Failure.message`. Nothing is parsed back out of text.
@@ -48,6 +49,10 @@ class Failure:
         except (TypeError, ValueError):
             return None
 
+    def as_exception(self) -> RecordedFailure:
+        """This record as an exception for torch elastic's `record_exception`, which writes it to the error file."""
+        return RecordedFailure(self.to_json())
+
     def message(self, several_hosts: bool, no_log_file: str = "") -> str:
         """The one line the user sees: ``worker rank 1 on hostb failed: ValueError: ... (its log: <file>)``; the
         host is named when the run has several (always for a hung rank: ``worker rank 1 on localhost made no progress
@@ -60,6 +65,10 @@ class Failure:
         if self.kind == HUNG:  # its process may still exist (stopped, deadlocked): the launcher ends the run
             return f"{who}{where} {self.first_line}; the run was stopped{log}"
         return f"{who}{where} failed: {self.first_line}{log}"
+
+
+class RecordedFailure(Exception):
+    """Carries a :class:`Failure` through torch elastic's error file: its "message" is "RecordedFailure: <json>"."""
 
 
 def lost_a_peer(exc: BaseException) -> bool:
@@ -95,7 +104,11 @@ def from_exception(exc: BaseException, rank: int | None, host: str = "") -> Fail
 def from_process_failure(failure: Any, rank: int, host: str) -> Failure:
     """The record of a worker process that torch elastic saw fail: the one it wrote, else one made from how it
     ended (a signal, an exit status, torch elastic's own error record)."""
-    written = Failure.from_json(failure.message)
+    message = failure.message
+    if isinstance(message, dict):  # torch elastic's record of an exception (record_exception)
+        message = message.get("message", "")
+    message = str(message or "")
+    written = Failure.from_json(message.removeprefix(f"{RecordedFailure.__name__}: "))
     if written is not None:
         return replace(written, rank=rank, host=host)
     if failure.exitcode is not None and failure.exitcode < 0:
@@ -104,10 +117,6 @@ def from_process_failure(failure: Any, rank: int, host: str) -> Failure:
         except ValueError:
             name = f"signal {-failure.exitcode}"
         return Failure(rank, host, SIGNAL, f"killed by {name}")
-    message = failure.message
-    if isinstance(message, dict):  # torch elastic's record of an exception it caught itself
-        message = message.get("message", "")
-    message = str(message or "")
     if not message or message.startswith("To enable traceback"):  # torch elastic's text for a bare exit
         message = NO_PYTHON_ERROR
     return Failure(rank, host, EXCEPTION, message.strip().splitlines()[0])

@@ -156,12 +156,12 @@ def run_agents(
 ) -> list[Any]:
     """Run torchrunx's launcher-agent protocol; return each agent's list of worker return values.
 
-    Raises FleetFailure with the failure records the agents sent (launch/failure.py), or with a "hung" record
+    Raises FleetFailure with the failure records the agents sent (fleet/failure.py), or with a "hung" record
     when the workers' beats show a rank making no progress for `hang` = (timeout, timeout before the first
-    iteration ends) seconds (launch/liveness.py; 0 = not watched), or AgentEnded naming the host whose agent
+    iteration ends) seconds (fleet/liveness.py; 0 = not watched), or AgentEnded naming the host whose agent
     went away.
     """
-    from mjfleet.launch.failure import Failure
+    from mjfleet.fleet.failure import Failure
     from mjfleet.launch.group import TOKEN_ENV, SignedGroup, listening_socket
     from mjfleet.launch.logserver import LogServer
     from mjfleet.launch.seam import AgentStatus
@@ -228,8 +228,8 @@ def _naming_the_host(agents: list[Agent], exchange: Callable[[], Any]) -> Any:
 
 def _hung(statuses: list, agents: list[Agent], timeout_s: float, first_timeout_s: float) -> list:
     """The record of the rank that holds the run, judged from every host's beats (none while all progress)."""
-    from mjfleet.launch.failure import HUNG, Failure
-    from mjfleet.launch.liveness import Beat, describe, hung_rank
+    from mjfleet.fleet.failure import HUNG, Failure
+    from mjfleet.fleet.liveness import Beat, describe, hung_rank
 
     host_of = {
         beat.rank: agent.host.name
@@ -243,7 +243,7 @@ def _hung(statuses: list, agents: list[Agent], timeout_s: float, first_timeout_s
 
 
 class FleetFailure(Exception):
-    """Workers failed: ``failures`` holds the record of each (launch/failure.py)."""
+    """Workers failed: ``failures`` holds the record of each (fleet/failure.py)."""
 
     def __init__(self, failures: list) -> None:
         super().__init__(f"{len(failures)} worker(s) failed")
