@@ -36,7 +36,7 @@ for stage in "$@"; do
         for round in 1 2; do
             for precision in tf32 ieee; do
                 flags=()
-                [ "$precision" = ieee ] && flags=(--agent.algorithm.no-tf32)
+                [ "$precision" = ieee ] && flags=(--agent.ppo.no-tf32)
                 python3 -m mjfleet.cli.bench Quadruped-Velocity-Flat --num-envs 4096 --iterations 10 "${flags[@]}" \
                     --json "$out/quadruped_flat_4096_${precision}_${round}.json" 2>&1 | tail -15
                 status=$((status | PIPESTATUS[0]))

@@ -6,7 +6,7 @@ alike first (so that a run stopped from outside still has them). One JSON line p
 uv run python scripts/time_to_threshold.py Cartpole-Balance --metric mean_return --threshold 225
 uv run python scripts/time_to_threshold.py Quadruped-Velocity-Flat --metric lin_vel_error --threshold 0.25 --below
 uv run python scripts/time_to_threshold.py Quadruped-Velocity-Flat --metric lin_vel_error --threshold 0.25 --below \\
-    --agent-set algorithm.num_learning_epochs=3 --num-envs 256
+    --agent-set ppo.num_learning_epochs=3 --num-envs 256
 uv run python scripts/time_to_threshold.py Humanoid-Velocity-Flat --device cuda:0 --metric lin_vel_error \\
     --threshold 0.15 --below --command 0.5 0 0 --random-threshold 0.25 --max-early-share 0.05 \\
     --save-best pretrained/Humanoid-Velocity-Flat       # issue 46's GPU stage: scripts/gpu_checks.sh humanoid-learn
@@ -53,7 +53,7 @@ def _value(result: dict, metric: str) -> float:
 
 
 def _set(obj, dotted: str) -> None:
-    """`algorithm.learning_rate=3e-4` -> obj.algorithm.learning_rate = 3e-4 (typed like the current value)."""
+    """`ppo.learning_rate=3e-4` -> obj.ppo.learning_rate = 3e-4 (typed like the current value)."""
     path, raw = dotted.split("=", 1)
     *parents, name = path.split(".")
     for parent in parents:

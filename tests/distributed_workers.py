@@ -44,13 +44,13 @@ def build_runner(
         agent.distillation.teacher, agent.distillation.gradient_reducer = teacher, reducer
         agent.distillation.gradient_length = STEPS // 2
         agent.actor.rnn, agent.actor.rnn_hidden_dim = "gru", 16
-    agent.algorithm.gradient_reducer = reducer
-    agent.algorithm.fast_update = fast
+    agent.ppo.gradient_reducer = reducer
+    agent.ppo.fast_update = fast
     if single_update:  # one full-batch gradient step: comparable with one process holding all the data
-        agent.algorithm.num_learning_epochs = 1
-        agent.algorithm.num_mini_batches = sync  # with grad_sync_period = sync: the mean of all, one step
-        agent.algorithm.grad_sync_period = sync
-        agent.algorithm.schedule = "fixed"
+        agent.ppo.num_learning_epochs = 1
+        agent.ppo.num_mini_batches = sync  # with grad_sync_period = sync: the mean of all, one step
+        agent.ppo.grad_sync_period = sync
+        agent.ppo.schedule = "fixed"
     torch.manual_seed(seed)
     wp.config.log_level = wp.LOG_WARNING
     env = spec.make_env(cfg, "cpu")

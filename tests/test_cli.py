@@ -53,7 +53,7 @@ def test_train_task_help_lists_that_tasks_env_and_agent_flags(capsys):
         "--env.num-envs",
         "--env.swingup",
         "--agent.max-iterations",
-        "--agent.algorithm.learning-rate",
+        "--agent.ppo.learning-rate",
         "--gpu-ids",
         "--cpu-workers",
         "--num-envs",
@@ -83,8 +83,10 @@ def test_unknown_task_names_the_closest_tasks():
         (["--env.penalty-curriculum-start", "1.5"], "--env.penalty-curriculum-start"),
         (["--env.penalty-curriculum-steps", "-1"], "--env.penalty-curriculum-steps"),
         (["--env.penalty-curriculum-delay", "-1"], "-delay"),
-        (["--agent.algorithm.grad-sync-period", "5"], "--agent.algorithm.grad-sync-period"),
-        (["--agent.algorithm.grad-sync-period", "0"], "--agent.algorithm.grad-sync-period"),
+        (["--agent.ppo.grad-sync-period", "5"], "--agent.ppo.grad-sync-period"),
+        (["--agent.ppo.grad-sync-period", "0"], "--agent.ppo.grad-sync-period"),
+        # the old spelling of PPO's group reaches the same setting
+        (["--agent.algorithm.grad-sync-period", "0"], "--agent.ppo.grad-sync-period"),
         (["--run-name", "a/b"], "--run-name"),
         (["--gpu-ids", "None", "--logs-root", "/proc/no-such-dir"], "cannot create the run directory"),
     ],
@@ -394,3 +396,22 @@ def test_task_given_twice_or_as_mjlabs_name_is_one_line(argv, needles, capsys):
     with pytest.raises(SystemExit) as exit_info:
         main(argv)
     assert_usage_exit(exit_info, capsys.readouterr().err, *needles)
+
+
+def test_the_old_spelling_of_ppos_flags_is_read_as_the_new_one():
+    from mjfleet.cli.aliases import renamed_flags
+
+    old = [
+        "--agent.algorithm.learning-rate",
+        "3e-4",
+        "--agent.algorithm.no-tf32",
+        "--agent.algorithm-name",
+        "ppo",
+    ]
+    assert renamed_flags(old) == [
+        "--agent.ppo.learning-rate",
+        "3e-4",
+        "--agent.ppo.no-tf32",
+        "--agent.algorithm-name",
+        "ppo",
+    ]

@@ -188,7 +188,7 @@ def test_graph_replayed_ppo_update_agrees_with_the_op_by_op_update(task):
 
 @pytest.mark.parametrize("task", TASKS)
 def test_tf32_update_is_close_to_the_float32_update_and_not_equal(task):
-    """--agent.algorithm.tf32 (the default) reaches the recorded minibatch: its update differs from the IEEE
+    """--agent.ppo.tf32 (the default) reaches the recorded minibatch: its update differs from the IEEE
     float32 one by TF32's rounding only."""
     # A fixed learning rate: with the adaptive one a first minibatch's KL of exactly 0 (IEEE) against 1e-8 (TF32)
     # already takes the two onto different learning-rate paths. Recorded again when tf32 changes: a recorded graph

@@ -126,14 +126,14 @@ def test_ppo_fine_tuning_takes_over_the_students_network_and_nothing_else(teache
 
 
 def test_fine_tuning_trains_the_new_critic_alone_first(teacher, tmp_path):
-    """--agent.algorithm.critic-warmup-iterations K: K updates leave the student's actor (weights, noise,
+    """--agent.ppo.critic-warmup-iterations K: K updates leave the student's actor (weights, noise,
     normaliser) and the learning rate as they were while the critic learns; then PPO trains both."""
     student = _student(teacher, normalised=True)
     student.learn(2)
     path = tmp_path / "model_2.pt"
     student.save(path)
     spec, env_cfg, agent = cartpole_configs(16, 8)
-    agent.algorithm.critic_warmup_iterations = 2
+    agent.ppo.critic_warmup_iterations = 2
     agent.actor.obs_normalization = agent.critic.obs_normalization = True
     torch.manual_seed(2)
     ppo = FleetRunner(spec.make_env(env_cfg), agent, None, "cpu")

@@ -326,9 +326,9 @@ def test_flags_that_place_workers_are_usage_errors_under_an_external_launcher(fl
 
 @pytest.mark.slow
 def test_two_workers_accumulating_two_minibatches_with_periodic_evaluation_learn_cartpole(tmp_path):
-    """The README's Cartpole run on 2 CPU workers with --agent.algorithm.grad-sync-period 2 and --eval-interval 5:
+    """The README's Cartpole run on 2 CPU workers with --agent.ppo.grad-sync-period 2 and --eval-interval 5:
     one run directory, eval rows in metrics.jsonl, model_best.pt, and >= 95% of the maximum return."""
-    args = ["--gpu-ids", "None", "--cpu-workers", "2", "--agent.algorithm.grad-sync-period", "2"]
+    args = ["--gpu-ids", "None", "--cpu-workers", "2", "--agent.ppo.grad-sync-period", "2"]
     result = subprocess.run(
         [str(BIN / "train"), "Cartpole-Balance", *args, "--eval-interval", "5", "--logs-root", str(tmp_path)],
         cwd=tmp_path,

@@ -18,7 +18,7 @@ def _rollout_runner(activation="elu", std_type="scalar", obs_normalization=False
         net.obs_normalization = obs_normalization
     agent.actor.noise_std_type = std_type
     for key, value in ppo.items():
-        setattr(agent.algorithm, key, value)
+        setattr(agent.ppo, key, value)
     torch.manual_seed(3)
     runner = FleetRunner(spec.make_env(env_cfg), agent, None, "cpu")
     alg = runner.alg

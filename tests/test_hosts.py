@@ -35,7 +35,7 @@ SECRET = "fake-wandb-key-7f3a9c"
 HOSTS = ("login", "hosta", "hostb")
 LOOPBACK = ("127.0.0.1:", "[::1]:")
 TINY = ["Cartpole-Balance", "--gpu-ids", "None", "--num-envs", "8", "--agent.num-steps-per-env", "8"]
-TINY += ["--agent.algorithm.gradient-reducer", "all-reduce", "--seed", "3"]
+TINY += ["--agent.ppo.gradient-reducer", "all-reduce", "--seed", "3"]
 NO_HANG_S = 300
 """A hang guard, not a timing: how long a stopped or failed run, or its leftover processes, may take to end before
 the test calls it a hang. Minutes, so that a loaded 2-core machine never trips it; still half the workers' 600 s

@@ -396,7 +396,7 @@ def test_train_and_bench_take_the_flat_quadrupeds_cpu_networks_on_cpu_and_its_gp
         assert given.agent.actor.hidden_dims == (64, 32) and given.agent.critic.hidden_dims == cpu_dims
         _, given = parse(["Quadruped-Velocity-Flat", "--gpu-ids", "1", "--agent.critic.hidden-dims", "64"])
         assert given.agent.critic.hidden_dims == (64,) and given.agent.actor.hidden_dims == gpu_dims
-        assert on_cpu.agent.algorithm == on_gpu.agent.algorithm
+        assert on_cpu.agent.ppo == on_gpu.agent.ppo
     # the default device is this machine's: CPU without a GPU
     _, default = train.parse_args(["Quadruped-Velocity-Flat"])
     expected = gpu_dims if torch.cuda.device_count() else cpu_dims

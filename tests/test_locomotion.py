@@ -84,7 +84,7 @@ def test_defaults_are_50hz_policy_over_200hz_physics_with_20s_episodes(flat):
     assert flat.max_episode_length == 1000
     agent = get_task(FLAT).agent_config()
     assert agent.num_steps_per_env == 24 and agent.actor.init_noise_std == 1.0
-    assert (agent.algorithm.learning_rate, agent.algorithm.desired_kl, agent.algorithm.entropy_coef) == (
+    assert (agent.ppo.learning_rate, agent.ppo.desired_kl, agent.ppo.entropy_coef) == (
         1e-3,
         0.01,
         0.01,

@@ -57,7 +57,7 @@ def test_recurrent_minibatches_replay_the_rollouts_log_probabilities():
     any step, the log-probabilities the rollout recorded step by step: across episode ends inside the rollout."""
     spec, env_cfg, agent = cartpole_configs(16, 24, episode_length_s=0.2)  # episodes end inside the rollout
     agent.actor.rnn, agent.actor.rnn_hidden_dim = "gru", 16
-    agent.algorithm.num_mini_batches = 2
+    agent.ppo.num_mini_batches = 2
     torch.manual_seed(0)
     runner = FleetRunner(spec.make_env(env_cfg), agent, None, "cpu")
     alg = runner.alg

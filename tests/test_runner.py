@@ -147,7 +147,7 @@ def test_the_configured_optimizer_is_kept_with_its_settings(tmp_path, optimizer)
     """Adam becomes torch's fused Adam with the same settings; any other optimizer (AdamW is a subclass of Adam
     with decoupled weight decay) stays as rsl_rl made it. Each trains an iteration."""
     spec, env_cfg, agent = cartpole_configs(16, 4, episode_length_s=0.2)
-    agent.algorithm.optimizer = optimizer
+    agent.ppo.optimizer = optimizer
     runner = FleetRunner(spec.make_env(env_cfg), agent, None, "cpu", log_format="compact")
     opt = runner.alg.optimizer
     expected = {"adam": torch.optim.Adam, "adamw": torch.optim.AdamW, "sgd": torch.optim.SGD}[optimizer]
@@ -162,14 +162,14 @@ def test_the_configured_optimizer_is_kept_with_its_settings(tmp_path, optimizer)
 
 
 def test_accumulating_the_minibatches_of_an_epoch_equals_one_full_batch_step():
-    """--agent.algorithm.grad-sync-period K: the mean of K minibatches' gradients, one optimizer step. With K = the
+    """--agent.ppo.grad-sync-period K: the mean of K minibatches' gradients, one optimizer step. With K = the
     epoch's 4 minibatches (equal sizes, a mean loss) that is the full rollout's gradient: one 1-minibatch step."""
     runs = []
     for minibatches in (1, 4):
         spec, env_cfg, agent = cartpole_configs(32, 8, episode_length_s=0.2)
-        agent.algorithm.num_learning_epochs = 1
-        agent.algorithm.num_mini_batches = agent.algorithm.grad_sync_period = minibatches
-        agent.algorithm.schedule = "fixed"
+        agent.ppo.num_learning_epochs = 1
+        agent.ppo.num_mini_batches = agent.ppo.grad_sync_period = minibatches
+        agent.ppo.schedule = "fixed"
         torch.manual_seed(agent.seed)
         runner = FleetRunner(spec.make_env(env_cfg), agent, None, "cpu")
         start = [p.detach().clone() for p in runner.alg.trained]
@@ -193,15 +193,15 @@ def test_grad_sync_period_outside_one_to_the_minibatch_count_is_refused():
 
     spec, env_cfg, agent = cartpole_configs()
     env = spec.make_env(env_cfg)
-    for period in (0, agent.algorithm.num_mini_batches + 1):
-        agent.algorithm.grad_sync_period = period
+    for period in (0, agent.ppo.num_mini_batches + 1):
+        agent.ppo.grad_sync_period = period
         with pytest.raises(UsageError, match="grad-sync-period"):
             FleetRunner(env, agent, None, "cpu")
 
 
 def test_periodic_evaluation_logs_eval_rows_keeps_the_best_and_changes_nothing_in_training(tmp_path):
     from mjfleet.evaluation import evaluate
-    from mjfleet.train.checkpoint import PeriodicEvaluation
+    from mjfleet.train.hooks import PeriodicEvaluation
 
     runs = []
     for with_eval in (True, False):
@@ -262,7 +262,7 @@ def test_a_checkpoint_loads_with_weights_only(trained):
 
 def test_per_minibatch_advantage_normalisation_is_a_setting_that_reaches_both_update_paths():
     spec, env_cfg, agent = cartpole_configs(16, 4, episode_length_s=0.2)
-    agent.algorithm.normalize_advantage_per_mini_batch = True
+    agent.ppo.normalize_advantage_per_mini_batch = True
     runner = FleetRunner(spec.make_env(env_cfg), agent, None, "cpu", log_format="compact")
     assert runner.alg.normalize_advantage_per_mini_batch and runner.alg.engine is not None
     runner.learn(1)

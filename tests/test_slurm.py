@@ -41,7 +41,7 @@ BIN = pathlib.Path(sys.executable).parent
 # Tiny and deterministic: one torch thread everywhere (no measured thread switching), the reducer named.
 SMALL = [
     "--gpu-ids", "None", "--num-envs", "16", "--agent.num-steps-per-env", "8", "--seed", "5", "--threads", "1",
-    "--agent.algorithm.gradient-reducer", "all-gather",
+    "--agent.ppo.gradient-reducer", "all-gather",
 ]  # fmt: skip
 TIMING = ("env_steps_per_s", "collect_time", "learn_time")
 JOB_TIMEOUT_S = 600

@@ -33,6 +33,21 @@ ALIASES: dict[str, str] = {
 """Alias field -> the nested setting it stands for (`group.field` of the command's --env / --agent configs)."""
 
 
+RENAMED_PREFIXES: dict[str, str] = {"--agent.algorithm.": "--agent.ppo."}
+"""Old flag spellings that keep working: PPO's settings were `AgentConfig.algorithm` until 2026-11-28."""
+
+
+def renamed_flags(args: list[str]) -> list[str]:
+    """`args` with every old spelling (:data:`RENAMED_PREFIXES`) written the current way, before tyro reads them."""
+    out = []
+    for arg in args:
+        for old, new in RENAMED_PREFIXES.items():
+            if arg.startswith(old):
+                arg = new + arg[len(old) :]
+        out.append(arg)
+    return out
+
+
 def apply_aliases(flags: Any, sweeps: Collection[str] = ()) -> None:
     """Copy every alias the user gave onto its nested setting (the alias wins).
 

@@ -14,6 +14,9 @@ def parse_flags(flags_type: Any, args: list[str], prog: str, **kwargs: Any) -> A
     """`tyro.cli(flags_type, args)`, its parse errors one line (a UsageError) instead of a box of 5-15 lines."""
     import tyro
 
+    from mjfleet.cli.aliases import renamed_flags
+
+    args = renamed_flags(args)
     box = io.StringIO()
     failed = False
     try:

@@ -8,7 +8,7 @@ normaliser's synchronisation (`mjfleet.rl.normalizer`). Every other exchange bet
 `broadcast` (the initial parameters) and `gather` (consistency checks, checkpoints' RNG states). Nothing is
 exchanged as a pickled object: tensors, or JSON in a uint8 tensor (`gather_json`).
 
-The strategies, and when `choose_reducer` picks them (`--agent.algorithm.gradient-reducer` overrides "auto"):
+The strategies, and when `choose_reducer` picks them (`--agent.ppo.gradient-reducer` overrides "auto"):
 
 - `all-reduce`: `torch.distributed.all_reduce`. Always on nccl (GPUs) and for CUDA tensors on gloo (several
   workers sharing a GPU); also several hosts with many workers.
@@ -241,14 +241,12 @@ def choose_reducer(name: str, flat: torch.Tensor, group: dist.ProcessGroup | Non
     """The reducer for `flat` (the gradient buffer) in the workers' process `group`: `name`, or for "auto" the
     cheapest strategy the backend and the workers' placement allow. Collective: every rank calls it."""
     if name not in REDUCERS:
-        raise UsageError(f"--agent.algorithm.gradient-reducer {name!r}: choose one of {', '.join(REDUCERS)}")
+        raise UsageError(f"--agent.ppo.gradient-reducer {name!r}: choose one of {', '.join(REDUCERS)}")
     world, backend = dist.get_world_size(group), dist.get_backend(group)
     if name == "none":
         return NoReduce(world, group)
     if backend == "nccl" and name not in ("auto", "all-reduce"):
-        raise UsageError(
-            f"--agent.algorithm.gradient-reducer {name}: GPU workers (nccl) average with all-reduce"
-        )
+        raise UsageError(f"--agent.ppo.gradient-reducer {name}: GPU workers (nccl) average with all-reduce")
     # Collective (every rank learns the same): asked once, whether "auto" or "shared-memory" wants it.
     shared_memory = (
         name in ("auto", "shared-memory")
@@ -266,7 +264,7 @@ def choose_reducer(name: str, flat: torch.Tensor, group: dist.ProcessGroup | Non
     if name == "shared-memory":
         if not shared_memory:
             raise UsageError(
-                "--agent.algorithm.gradient-reducer shared-memory needs CPU workers on one x86 Linux host "
+                "--agent.ppo.gradient-reducer shared-memory needs CPU workers on one x86 Linux host "
                 "(gloo, 2-16 workers) with room in /dev/shm"
             )
         return SharedMemory(world, flat.numel(), flat.dtype, group=group)

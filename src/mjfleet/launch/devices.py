@@ -170,7 +170,7 @@ def make_plan(
 def launched_externally() -> bool:
     """Whether a launcher such as torchrun started this process as one of several workers (RANK, MASTER_ADDR and
     a WORLD_SIZE above 1 are set)."""
-    # Checked (a usage error naming a bad variable) in mjfleet.fleet.external [slurm helper's call site].
+    # Checked: a bad variable is a usage error naming it (mjfleet.fleet.external).
     return read_launcher_env() is not None
 
 
@@ -184,9 +184,7 @@ def external_plan(request: GpuRequest, cpu_workers: int, hosts: list[str], threa
             "set): it placed the workers; each uses the GPU of its LOCAL_RANK (--gpu-ids auto or all) or the CPU "
             "(--gpu-ids None)"
         )
-    launcher = (
-        read_launcher_env()
-    )  # [slurm helper's call site: checked variables instead of int(os.environ[...])]
+    launcher = read_launcher_env()
     if launcher is None:
         raise RuntimeError("external_plan called without a launcher environment")
     world, local = launcher.world_size, launcher.local_world_size

@@ -1,6 +1,6 @@
 """The contract between the runner and a learning algorithm, and the algorithms mjfleet knows by name.
 
-The runner (`mjfleet.rl.runner`), checkpoints (`mjfleet.rl.checkpoint`), the ranks' consistency check
+The runner (`mjfleet.rl.runner`), checkpoints (`mjfleet.rl.saved_state`), the ranks' consistency check
 (`mjfleet.fleet.agreement`), `bench` and `play` use an algorithm only through `Algorithm`; none of them imports an
 algorithm's class. An iteration is: `act` and `process_env_step` once per environment step, then `update` with the
 observation after the rollout's last step. What differs between on-policy and off-policy learning lives inside

@@ -64,12 +64,12 @@ def build_ppo(
         obs_normalization=agent.critic.obs_normalization,
     ).to(device)
     storage = RolloutStorage("rl", env.num_envs, agent.num_steps_per_env, obs, [env.num_actions], device)
-    alg = algorithm(actor, critic, storage, agent.algorithm, device, policy_cfg=to_plain(agent.to_rsl_rl()))
-    alg.gradients.connect(agent.algorithm.gradient_reducer, ctx)
-    if agent.algorithm.fast_update:
+    alg = algorithm(actor, critic, storage, agent.ppo, device, policy_cfg=to_plain(agent.to_rsl_rl()))
+    alg.gradients.connect(agent.ppo.gradient_reducer, ctx)
+    if agent.ppo.fast_update:
         from mjfleet.rl.fast import FastUpdate
 
-        engine, alg.engine_declined = FastUpdate.build(alg, agent.algorithm.capture_update)
+        engine, alg.engine_declined = FastUpdate.build(alg, agent.ppo.capture_update)
         alg.attach_engine(engine)
     return alg
 

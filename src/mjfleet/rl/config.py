@@ -83,7 +83,7 @@ class PPOConfig:
     minibatch (same minibatches and optimizer; far fewer kernel launches)."""
     tf32: bool = True
     """On CUDA: the update's float32 matrix products on TensorFloat-32 tensor cores (inputs rounded to a 10-bit
-    mantissa, float32 sums), as mjlab's train does; `--agent.algorithm.no-tf32` keeps IEEE float32. Rollouts
+    mantissa, float32 sums), as mjlab's train does; `--agent.ppo.no-tf32` keeps IEEE float32. Rollouts
     and environments always use IEEE float32; no effect on a CPU."""
 
 
@@ -108,7 +108,7 @@ class DistillationConfig:
     """Clip the student's gradient norm to this (0: no clipping)."""
     loss: Literal["mse", "huber"] = "mse"
     gradient_reducer: Literal["auto", "all-reduce", "all-gather", "shared-memory", "none"] = "auto"
-    """Several workers: how the student's gradients are averaged (as --agent.algorithm.gradient-reducer)."""
+    """Several workers: how the student's gradients are averaged (as --agent.ppo.gradient-reducer)."""
 
     def check(self) -> None:
         if self.num_learning_epochs < 1 or self.gradient_length < 1:
@@ -120,7 +120,7 @@ class AgentConfig:
     """Everything about learning: PPO or SAC, networks, rollout length, iterations, checkpoints, logging."""
 
     algorithm_name: Literal["ppo", "sac", "distillation"] = "ppo"
-    """The learning algorithm: ppo (on-policy: `actor`, `critic`, `algorithm`) or sac (off-policy, a replay
+    """The learning algorithm: ppo (on-policy: `actor`, `critic`, `ppo`) or sac (off-policy, a replay
     buffer per worker: `sac`) or distillation (a student imitating a trained teacher: `distillation`).
     `train --algorithm sac` sets it. Each name is an entry of `mjfleet.rl.algorithm.ALGORITHMS`."""
 
@@ -144,8 +144,8 @@ class AgentConfig:
     wandb_project: str = "mjfleet"
     actor: ActorConfig = field(default_factory=ActorConfig)
     critic: PolicyConfig = field(default_factory=PolicyConfig)
-    algorithm: PPOConfig = field(default_factory=PPOConfig)
-    """PPO's settings (with --algorithm ppo)."""
+    ppo: PPOConfig = field(default_factory=PPOConfig)
+    """PPO's settings (with --algorithm ppo); `--agent.algorithm.*`, their name before 2026-11-28, still works."""
     sac: SACConfig = field(default_factory=SACConfig)
     """SAC's settings (with --algorithm sac); a task sets its own defaults here, as it does PPO's."""
     distillation: DistillationConfig = field(default_factory=DistillationConfig)
@@ -167,10 +167,10 @@ class AgentConfig:
         if self.algorithm_name == "distillation":
             self.distillation.check()
             return
-        ppo = self.algorithm
+        ppo = self.ppo
         if self.actor.rnn != "none" and not 1 <= ppo.num_mini_batches <= num_envs:
             raise UsageError(
-                f"--agent.algorithm.num-mini-batches must be in [1, num_envs = {num_envs}] with a recurrent actor "
+                f"--agent.ppo.num-mini-batches must be in [1, num_envs = {num_envs}] with a recurrent actor "
                 "(its minibatches are whole environments' trajectories)"
             )
         if self.actor.rnn_hidden_dim < 1 or self.actor.rnn_num_layers < 1:
@@ -178,13 +178,13 @@ class AgentConfig:
         batch = num_envs * self.num_steps_per_env
         if ppo.num_mini_batches < 1 or batch < ppo.num_mini_batches:
             raise UsageError(
-                f"--agent.algorithm.num-mini-batches must be in [1, num_envs x num_steps_per_env = {batch}]"
+                f"--agent.ppo.num-mini-batches must be in [1, num_envs x num_steps_per_env = {batch}]"
             )
         if ppo.critic_warmup_iterations < 0:
-            raise UsageError("--agent.algorithm.critic-warmup-iterations must be >= 0")
+            raise UsageError("--agent.ppo.critic-warmup-iterations must be >= 0")
         if not 1 <= ppo.grad_sync_period <= ppo.num_mini_batches:
             raise UsageError(
-                f"--agent.algorithm.grad-sync-period must be in [1, num-mini-batches = {ppo.num_mini_batches}], "
+                f"--agent.ppo.grad-sync-period must be in [1, num-mini-batches = {ppo.num_mini_batches}], "
                 f"got {ppo.grad_sync_period}"
             )
 
@@ -201,7 +201,7 @@ class AgentConfig:
 
     def to_rsl_rl(self) -> dict:
         """The nested dict rsl_rl's OnPolicyRunner expects."""
-        algorithm = dataclasses.asdict(self.algorithm)
+        algorithm = dataclasses.asdict(self.ppo)
         return {
             "num_steps_per_env": self.num_steps_per_env,
             "save_interval": self.save_interval,

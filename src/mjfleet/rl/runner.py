@@ -15,7 +15,7 @@ import torch
 from mjfleet.fleet import liveness
 from mjfleet.fleet.agreement import agreed_stop, check_consistency
 from mjfleet.fleet.context import WorkerContext
-from mjfleet.rl import checkpoint
+from mjfleet.rl import saved_state
 from mjfleet.rl.algorithm import Algorithm, build_algorithm, load_checkpoint_state
 from mjfleet.rl.config import AgentConfig
 from mjfleet.rl.episode_stats import EpisodeStats
@@ -69,7 +69,7 @@ class FleetRunner:
       Parameters are broadcast from rank 0 at the start; gradients are averaged after every minibatch by the
       algorithm's averaged-gradient step (`mjfleet.rl.gradients`), whose reducer carries every other exchange.
     - Episode statistics are reduced on device and read once per iteration; throughput and counts are global.
-    - Only rank 0 writes: metrics.jsonl, TensorBoard/wandb, checkpoints (`mjfleet.rl.checkpoint`).
+    - Only rank 0 writes: metrics.jsonl, TensorBoard/wandb, checkpoints (`mjfleet.rl.saved_state`).
     - Checkpoints every `save_interval` iterations, at the hooks' extra save points and at the end; what happens
       to a written checkpoint (pruning, export, upload) is the job's (`RunnerHooks.on_checkpoint`). A checkpoint
       of another algorithm is refused with a usage error.
@@ -288,7 +288,7 @@ class FleetRunner:
     def save_checkpoint(self) -> pathlib.Path | None:
         """Collective: write model_<iteration>.pt (rank 0, when it has a run directory), then the job's
         `on_checkpoint`. Every rank must call it at the same iteration."""
-        rng_states = checkpoint.gather_rng_states(self.alg.gradients.reducer, self.device, self.ctx.backend)
+        rng_states = saved_state.gather_rng_states(self.alg.gradients.reducer, self.device, self.ctx.backend)
         self.saved_iteration = self.current_learning_iteration
         if not self.ctx.is_main or self.run_dir is None:
             return None
@@ -303,28 +303,28 @@ class FleetRunner:
     def save(
         self, path: str | os.PathLike, infos: dict | None = None, rng_states: list | None = None
     ) -> None:
-        """Write a checkpoint to `path` (`mjfleet.rl.checkpoint`): the algorithm's name and state, the counts, the
+        """Write a checkpoint to `path` (`mjfleet.rl.saved_state`): the algorithm's name and state, the counts, the
         settings, `infos` beside `checkpoint_info`, and the RNG states (this rank's unless given)."""
         state = {"algorithm": self.alg.name, **self.alg.state_dict()}
         state["iter"] = self.current_learning_iteration
         state["env_steps"] = self.env_steps
         state["infos"] = {**self.checkpoint_info, "world_size": self.ctx.world_size, **(infos or {})}
         state["agent_cfg"] = to_plain(dataclasses.asdict(self.agent_cfg))
-        state["rng_states"] = rng_states if rng_states is not None else [checkpoint.rng_state(self.device)]
-        checkpoint.write(path, state)
+        state["rng_states"] = rng_states if rng_states is not None else [saved_state.rng_state(self.device)]
+        saved_state.write(path, state)
 
     def load(self, path, strict: bool = True, map_location=None, restore_rng: bool = True) -> dict:
         """Restore the algorithm's state, the iteration and step counts, and this rank's torch RNG state when the
         checkpoint has one for it; returns its `infos`. A checkpoint of another algorithm is a UsageError, unless
         this one starts from it (`AlgorithmEntry.starts_from`: PPO from a distilled student)."""
-        state = checkpoint.read(path, map_location or self.device)
+        state = saved_state.read(path, map_location or self.device)
         load_checkpoint_state(self.alg, state, strict, source=path)
         self.current_learning_iteration = state["iter"]
         self.env_steps = state.get("env_steps", 0)
         self.saved_iteration = self.current_learning_iteration
         rng_states = state.get("rng_states") or []
         if restore_rng and self.ctx.rank < len(rng_states):
-            checkpoint.set_rng_state(rng_states[self.ctx.rank], self.device)
+            saved_state.set_rng_state(rng_states[self.ctx.rank], self.device)
         return state.get("infos") or {}
 
     def agreed_stop(self) -> int:

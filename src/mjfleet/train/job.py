@@ -184,8 +184,8 @@ def _adopt_network_shapes(agent: AgentConfig, state: dict[str, Any], path: pathl
     if trained_with(state) != agent.algorithm_name:  # PPO fine-tuning a distilled student
         print(
             f"note: fine-tuning {path.name}'s {trained_with(state)} student with {agent.algorithm_name}: a new "
-            f"critic (trained alone for --agent.algorithm.critic-warmup-iterations "
-            f"{agent.algorithm.critic_warmup_iterations}), action noise from --agent.actor.init-noise-std "
+            f"critic (trained alone for --agent.ppo.critic-warmup-iterations "
+            f"{agent.ppo.critic_warmup_iterations}), action noise from --agent.actor.init-noise-std "
             f"({agent.actor.init_noise_std})"
         )
     for name, policy in (("actor", agent.actor), ("critic", agent.critic)):

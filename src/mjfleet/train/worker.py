@@ -36,7 +36,7 @@ def train(job: TrainJob, ctx: WorkerContext) -> dict[str, Any]:
     from mjfleet.sim.simulation import compile_notices
     from mjfleet.tasks import get_task
     from mjfleet.tasks.plugins import load_task_modules
-    from mjfleet.train.checkpoint import AfterSave, PeriodicEvaluation, resume
+    from mjfleet.train.hooks import AfterSave, PeriodicEvaluation, resume
 
     load_task_modules(job.task_modules)
     torch.manual_seed(seed_for(job.agent.seed, ctx))

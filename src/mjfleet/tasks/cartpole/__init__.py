@@ -23,9 +23,7 @@ def _agent(experiment: str, max_iterations: int) -> AgentConfig:
         save_interval=50,
         actor=ActorConfig(hidden_dims=(64, 64), init_noise_std=1.0),
         critic=PolicyConfig(hidden_dims=(64, 64)),
-        algorithm=PPOConfig(
-            learning_rate=1e-3, entropy_coef=0.005, num_mini_batches=4, num_learning_epochs=5
-        ),
+        ppo=PPOConfig(learning_rate=1e-3, entropy_coef=0.005, num_mini_batches=4, num_learning_epochs=5),
         # --algorithm sac: a 5-number state needs small networks; batches of 1024 keep a gradient step cheap
         # on a CPU core while still averaging over many environments' data. Two gradient steps per env step:
         # measured on the 2-core CPU (docs/sac.md), one step per env step had reached 207.7 of 250 after 150

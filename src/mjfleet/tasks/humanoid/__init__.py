@@ -26,7 +26,7 @@ def humanoid_agent_config(experiment: str, max_iterations: int) -> AgentConfig:
     (docs/history/learning-experiments.md)."""
     agent = agent_config(experiment, HIDDEN_DIMS, max_iterations=max_iterations)
     agent.actor.init_noise_std = 0.3
-    agent.algorithm.entropy_coef = 0.002
+    agent.ppo.entropy_coef = 0.002
     return agent
 
 

@@ -197,7 +197,7 @@ def agent_config(experiment: str, hidden_dims: tuple[int, ...], max_iterations: 
             hidden_dims=hidden_dims, activation="elu", obs_normalization=True, init_noise_std=1.0
         ),
         critic=PolicyConfig(hidden_dims=hidden_dims, activation="elu", obs_normalization=True),
-        algorithm=PPOConfig(
+        ppo=PPOConfig(
             learning_rate=1e-3,
             schedule="adaptive",
             desired_kl=0.01,

@@ -1,5 +1,5 @@
 """A training job's checkpoints: resuming from one, and what follows each save (pruning, export, upload) and each
-periodic evaluation (model_best.pt). The checkpoint's contents and RNG states are `mjfleet.rl.checkpoint`'s."""
+periodic evaluation (model_best.pt). The checkpoint's contents and RNG states are `mjfleet.rl.saved_state`'s."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""What a runner's checkpoint holds, and writing and reading it.
+"""The runner's saved state: what a checkpoint file holds, and writing and reading it.
 
 A checkpoint is plain data that `torch.load(..., weights_only=True)` reads: the algorithm's name and state
 (`Algorithm.state_dict`: networks, optimiser, normaliser statistics), the iteration and step counts, the settings
