@@ -164,10 +164,16 @@ def test_a_variant_that_changes_the_loss_runs_the_reference():
     from mjfleet.fleet.context import WorkerContext
     from mjfleet.rl.build import build_ppo
 
+    class ScaledLoss(FleetPPO):
+        def minibatch_loss(self, batch):
+            loss, terms, kl = super().minibatch_loss(batch)
+            return 2.0 * loss, terms, kl
+
     spec, env_cfg, agent = cartpole_configs()
     env = spec.make_env(env_cfg)
-    alg = build_ppo(env.get_observations(), env, agent, WorkerContext.single("cpu"), DoubledLoss)
-    assert type(alg) is DoubledLoss and alg.engine is None
+    for variant in (DoubledLoss, ScaledLoss):
+        alg = build_ppo(env.get_observations(), env, agent, WorkerContext.single("cpu"), variant)
+        assert type(alg) is variant and alg.engine is None
 
 
 def test_a_loss_setting_the_engine_does_not_write_out_runs_the_reference(monkeypatch, caplog):

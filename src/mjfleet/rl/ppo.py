@@ -217,14 +217,21 @@ class FleetPPO(PPO):
                 yield gradients(batch)
 
     def minibatch_gradients(self, batch) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """rsl_rl's PPO loss on one minibatch, back-propagated into the flat gradient buffer. Returns the detached
-        [surrogate, value, entropy] losses and the mean KL (None unless the learning rate adapts to it)."""
+        """`minibatch_loss` back-propagated into the flat gradient buffer; returns its terms and KL."""
+        loss, terms, kl = self.minibatch_loss(batch)
+        self.gradients.zero_()
+        loss.backward()
+        return terms, kl
+
+    def minibatch_loss(self, batch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """rsl_rl's PPO loss on one minibatch: (the loss, its detached [surrogate, value, entropy] terms, the mean
+        KL or None)."""
         loss_cfg = self.loss
+        advantages = batch.advantages
         if loss_cfg.normalize_advantage_per_mini_batch:
             with torch.no_grad():
-                batch.advantages = (batch.advantages - batch.advantages.mean()) / (
-                    batch.advantages.std() + 1e-8
-                )
+                advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+        advantages = torch.squeeze(advantages)
         actor, critic = self.actor, self.critic
         actor_state, critic_state = batch.hidden_states  # recurrent: the states at each trajectory's start
         actor(batch.observations, masks=batch.masks, hidden_state=actor_state, stochastic_output=True)
@@ -239,7 +246,6 @@ class FleetPPO(PPO):
 
         # clipped surrogate
         clip = loss_cfg.clip_param
-        advantages = torch.squeeze(batch.advantages)
         ratio = torch.exp(log_prob - torch.squeeze(batch.old_actions_log_prob))
         clipped_ratio = torch.clamp(ratio, 1.0 - clip, 1.0 + clip)
         surrogate_loss = torch.max(-advantages * ratio, -advantages * clipped_ratio).mean()
@@ -252,10 +258,8 @@ class FleetPPO(PPO):
             value_loss = (batch.returns - values).pow(2).mean()
 
         loss = surrogate_loss + loss_cfg.value_loss_coef * value_loss - loss_cfg.entropy_coef * entropy
-        self.gradients.zero_()
-        loss.backward()
         terms = torch.stack((surrogate_loss.detach(), value_loss.detach(), entropy.detach())).float()
-        return terms, kl
+        return loss, terms, kl
 
     def apply_gradients(self, critic_only: bool = False) -> None:
         """Average the gradients (and the KL) across workers, adapt the learning rate, clip each network, step

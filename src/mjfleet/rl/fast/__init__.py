@@ -90,7 +90,10 @@ class FastUpdate:
         """(The engine for `alg`'s loss and networks, None), or (None, why not) with a warning where the reference
         must run."""
         fields = {f.name for f in dataclasses.fields(PPOLoss)}
-        if type(alg).minibatch_gradients is not FleetPPO.minibatch_gradients:
+        if (
+            type(alg).minibatch_gradients is not FleetPPO.minibatch_gradients
+            or type(alg).minibatch_loss is not FleetPPO.minibatch_loss
+        ):
             reason = f"{type(alg).__name__} changes the loss"
         elif fields != WRITTEN_OUT:
             reason = f"PPOLoss settings {sorted(fields - WRITTEN_OUT)} are not written out"
