@@ -26,7 +26,7 @@ def build_runner(
     ctx: WorkerContext | None = None,
     *,
     reducer: str = "auto",
-    fast: bool = True,
+    compiled: bool = True,
     single_update: bool = False,
     sync: int = 1,
     algorithm: str = "ppo",
@@ -45,7 +45,7 @@ def build_runner(
         agent.distillation.gradient_length = STEPS // 2
         agent.actor.rnn, agent.actor.rnn_hidden_dim = "gru", 16
     agent.ppo.gradient_reducer = reducer
-    agent.ppo.fast_update = fast
+    agent.ppo.compile_update = compiled
     if single_update:  # one full-batch gradient step: comparable with one process holding all the data
         agent.ppo.num_learning_epochs = 1
         agent.ppo.num_mini_batches = sync  # with grad_sync_period = sync: the mean of all, one step
@@ -103,14 +103,14 @@ def train_and_compare(plan, reducer: str) -> dict:
 STORAGE_FIELDS = ("actions", "rewards", "dones", "values", "actions_log_prob", "returns", "advantages")
 
 
-def averaged_update(plan, out_dir: str, reducer: str, fast: bool, sync: int = 1) -> dict:
+def averaged_update(plan, out_dir: str, reducer: str, compiled: bool, sync: int = 1) -> dict:
     """Each rank: rollout, save its data and the initial parameters, do one PPO update with averaging through
-    `reducer`, by the fast engine or the reference; with `sync` > 1, `sync` minibatches accumulated per step."""
+    `reducer`, the loss compiled or as written; with `sync` > 1, `sync` minibatches accumulated per step."""
     ctx = start_worker(plan)
     runner = build_runner(
-        NUM_ENVS, seed_for(0, ctx), ctx, reducer=reducer, fast=fast, single_update=True, sync=sync
+        NUM_ENVS, seed_for(0, ctx), ctx, reducer=reducer, compiled=compiled, single_update=True, sync=sync
     )
-    assert (runner.alg.engine is not None) == fast
+    assert (runner.alg.compiled_loss is not None) == compiled
     runner.alg.broadcast_parameters()
     rollout(runner, returns=True)
     storage = runner.alg.storage

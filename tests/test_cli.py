@@ -415,3 +415,5 @@ def test_the_old_spelling_of_ppos_flags_is_read_as_the_new_one():
         "--agent.algorithm-name",
         "ppo",
     ]
+    # the switch of the update engine the compiled loss replaced switches that
+    assert renamed_flags(["--agent.algorithm.no-fast-update"]) == ["--agent.ppo.no-compile-update"]

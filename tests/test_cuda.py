@@ -119,7 +119,8 @@ def test_collection_loop_never_synchronises_with_the_host(task):
 
 def _updates_from_one_rollout(task: str, variants: list[dict]):
     """(start parameters, [(parameters, buffers, losses, learning rate)]): one rollout, then one update per
-    variant (FleetPPO attributes to set, e.g. capture_update), each from the same parameters, optimizer state,
+    variant ("compiled": the loss under torch.compile or as written, "tf32", "schedule"), each from the same
+    parameters, optimizer state,
     learning rate and minibatch permutation."""
     import copy
 
@@ -136,8 +137,8 @@ def _updates_from_one_rollout(task: str, variants: list[dict]):
     start_params = flat(p for m in models for p in m.parameters())
     optimizer_start = copy.deepcopy(alg.optimizer.state_dict())
     lr, rng = alg.learning_rate, torch.cuda.get_rng_state()
-    engine, schedule = alg.engine, alg.schedule
-    assert engine is not None and engine.capture  # the defaults on CUDA
+    compiled, schedule = alg.compiled_loss, alg.schedule
+    assert compiled is not None  # the default
     results = []
     for variant in variants:
         for m, state in zip(models, start, strict=True):
@@ -145,54 +146,42 @@ def _updates_from_one_rollout(task: str, variants: list[dict]):
         alg.optimizer.load_state_dict(copy.deepcopy(optimizer_start))
         alg.learning_rate = lr
         torch.cuda.set_rng_state(rng)  # the same minibatch permutation
-        alg.engine = engine if variant.get("fast", True) else None
-        engine.capture = variant.get("capture", True)
+        alg.compiled_loss = compiled if variant.get("compiled", True) else None
         alg.tf32 = variant.get("tf32", True)
         alg.schedule = variant.get("schedule", schedule)
-        alg.policy_changed()
         losses = alg.optimize()
         params = flat(p for m in models for p in m.parameters())
         buffers = flat(b for m in models for b in m.buffers())  # observation normalisers
-        results.append((params, buffers, losses, alg.learning_rate, alg.engine is not None))
-    assert engine.graph is not None and engine.capture  # recorded, and not given up
+        results.append((params, buffers, losses, alg.learning_rate, alg.compiled_loss is not None))
     return start_params, results
 
 
 @pytest.mark.parametrize("task", TASKS)
-def test_graph_replayed_ppo_update_agrees_with_the_op_by_op_update(task):
-    """The recorded minibatch (the fast engine's gradients as one CUDA graph) gives the op-by-op engine's update,
-    and the reference (autograd, op by op) agrees with both as a whole."""
-    # IEEE float32 throughout (TF32 rounds differently per kernel). The fast engine op by op, recorded at the
-    # first update, replayed; then the reference.
-    variants = [{"capture": c, "tf32": False} for c in (False, True, True)] + [{"fast": False, "tf32": False}]
+def test_the_compiled_ppo_update_agrees_with_the_update_as_written_on_cuda(task):
+    """The loss under torch.compile (fused CUDA kernels) gives the update of the loss as written, as a whole."""
+    # IEEE float32 throughout (TF32 rounds differently per kernel): compiled, compiled again, as written.
+    variants = [{"compiled": c, "tf32": False} for c in (True, True, False)]
     start_params, results = _updates_from_one_rollout(task, variants)
-    assert [r[4] for r in results] == [True, True, True, False]  # which update each variant ran
-    params, buffers, losses, learning_rate, _ = results[0]
+    assert [r[4] for r in results] == [True, True, False]  # which loss each variant ran, none given up
+    params, _, losses, learning_rate, _ = results[0]
     step = params - start_params
     assert step.abs().max() > 1e-4  # the update changed the policy
-
-    def assert_same_update(a, b):
-        torch.testing.assert_close(a[0], b[0], rtol=1e-4, atol=1e-5)
-        torch.testing.assert_close(a[1], b[1])
-        assert a[3] == pytest.approx(b[3])
-        for key in ("value", "surrogate", "entropy"):
-            assert a[2][key] == pytest.approx(b[2][key], rel=1e-3, abs=1e-5)
-
-    # the same gradient function, recorded or not: the same update
-    assert_same_update(results[1], results[0])
-    assert_same_update(results[2], results[0])
-    # the two gradient functions round differently (on CPU 2 of 383,897 quadruped parameters differ by 1.2e-4
-    # after one update): close as a whole
-    assert ((results[3][0] - params).norm() / step.norm()) < 1e-3
+    torch.testing.assert_close(results[1][0], params, rtol=1e-4, atol=1e-5)
+    as_written = results[2]
+    torch.testing.assert_close(as_written[1], results[0][1])
+    assert as_written[3] == pytest.approx(learning_rate)
+    for key in ("value", "surrogate", "entropy"):
+        assert as_written[2][key] == pytest.approx(losses[key], rel=1e-3, abs=1e-5)
+    # fused kernels round differently from op-by-op ones: close as a whole
+    assert ((as_written[0] - params).norm() / step.norm()) < 1e-3
 
 
 @pytest.mark.parametrize("task", TASKS)
 def test_tf32_update_is_close_to_the_float32_update_and_not_equal(task):
-    """--agent.ppo.tf32 (the default) reaches the recorded minibatch: its update differs from the IEEE
-    float32 one by TF32's rounding only."""
+    """--agent.ppo.tf32 (the default) reaches the compiled loss: its update differs from the IEEE float32 one by
+    TF32's rounding only."""
     # A fixed learning rate: with the adaptive one a first minibatch's KL of exactly 0 (IEEE) against 1e-8 (TF32)
-    # already takes the two onto different learning-rate paths. Recorded again when tf32 changes: a recorded graph
-    # keeps the kernels chosen while it was recorded.
+    # already takes the two onto different learning-rate paths.
     variants = [{"tf32": tf32, "schedule": "fixed"} for tf32 in (False, True)]
     start_params, ((ieee, *_), (tf32, _, losses, *_)) = _updates_from_one_rollout(task, variants)
     step = ieee - start_params

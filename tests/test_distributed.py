@@ -29,7 +29,7 @@ def plan(monkeypatch):
 REDUCERS = ["shared-memory", "all-gather", "all-reduce", "none"]
 """Every reducer runs through the averaged-gradient step both algorithms share (`mjfleet.rl.gradients`) once;
 the algorithms' own 2-process checks below use one reducer each."""
-AVERAGED_CASES = [("shared-memory", "fast", 1), ("all-gather", "reference", 2)]
+AVERAGED_CASES = [("shared-memory", "compiled", 1), ("all-gather", "as-written", 2)]
 NORMALISER_REDUCERS = ["shared-memory", "all-reduce"]
 SAC_REDUCERS = ["all-reduce"]
 
@@ -60,7 +60,7 @@ def shared_launch(tmp_path_factory):
         (out / "-".join(map(str, case))).mkdir()
         reducer, update, sync = case
         calls.append(
-            ("averaged_update", (str(out / "-".join(map(str, case))), reducer, update == "fast", sync))
+            ("averaged_update", (str(out / "-".join(map(str, case))), reducer, update == "compiled", sync))
         )
     calls.append(("sac_train_and_compare", ("auto",)))
     for reducer in SAC_REDUCERS:
@@ -106,7 +106,8 @@ def test_a_runner_takes_its_ranks_from_its_context_not_from_rank_variables(share
     assert result["world_size"] == 2 and result["reducer"] == "shared-memory"
     assert result["params_identical"] and not result["env_data_identical"]
     assert (
-        result["startup"] == "update: fast engine; gradients averaged after every minibatch by shared-memory"
+        result["startup"]
+        == "update: PPO loss compiled (torch.compile); gradients averaged after every minibatch by shared-memory"
     )
 
 

@@ -63,7 +63,7 @@ def test_recurrent_minibatches_replay_the_rollouts_log_probabilities():
     alg = runner.alg
     rollout(runner, returns=True)
     assert alg.storage.dones.any()  # some trajectories start inside the rollout
-    assert alg.recurrent and alg.engine is None
+    assert alg.recurrent and alg.compiled_loss is None
     compared = 0
     with torch.no_grad():
         for batch in alg.storage.recurrent_mini_batch_generator(alg.num_mini_batches, 1):
@@ -80,12 +80,12 @@ def test_recurrent_minibatches_replay_the_rollouts_log_probabilities():
 
 
 def test_recurrent_ppo_trains_resumes_plays_and_exports_with_its_state(tmp_path):
-    """A user's LSTM run: the start-up line says why the fast engine does not run, the checkpoint rebuilds the
+    """A user's LSTM run: the start-up line says why its loss is not compiled, the checkpoint rebuilds the
     recurrent actor in `play`, --resume continues it, and the export carries the hidden state in and out."""
     result = run_cli(
         "train", "Cartpole-Balance", *RECURRENT_SMALL, "--max-iterations", "2", cwd=tmp_path, check=True
     )
-    assert "no fast engine: a recurrent network" in result.stdout
+    assert "not compiled: a recurrent network" in result.stdout
     (run_dir,) = sorted((tmp_path / "logs" / CARTPOLE_EXPERIMENT).iterdir())
     state = torch.load(run_dir / "model_2.pt", weights_only=True)
     assert state["algorithm"] == "ppo" and state["rsl_rl_cfg"]["actor"]["class_name"] == "RNNModel"

@@ -100,9 +100,9 @@ def test_the_penalty_curriculum_follows_the_env_steps_per_environment_and_contin
     assert resumed.learn(3)["Train/penalty_scale"] == 1.0 and resumed.env.penalty_scale == 1.0
 
 
-@pytest.mark.parametrize("fast", [False, True], ids=["reference", "fast-engine"])
-def test_fleet_ppo_update_equals_rsl_rl_ppo_update_on_the_same_rollout(tmp_path, fast):
-    """Both update paths, the reference and the fast engine, against rsl_rl 5.5.1's own `PPO.update`."""
+@pytest.mark.parametrize("compiled", [False, True], ids=["as-written", "compiled"])
+def test_fleet_ppo_update_equals_rsl_rl_ppo_update_on_the_same_rollout(tmp_path, compiled):
+    """Both update paths, the loss as written and compiled, against rsl_rl 5.5.1's own `PPO.update`."""
     import copy
     from itertools import chain
 
@@ -112,9 +112,9 @@ def test_fleet_ppo_update_equals_rsl_rl_ppo_update_on_the_same_rollout(tmp_path,
 
     runner, _ = _runner(tmp_path)
     alg = runner.alg
-    assert isinstance(alg, FleetPPO) and alg.engine is not None  # the fast engine is the default for MLPs
-    if not fast:
-        alg.engine = None
+    assert isinstance(alg, FleetPPO) and alg.compiled_loss is not None  # compiled is the default for MLPs
+    if not compiled:
+        alg.compiled_loss = None
     before = copy.deepcopy(alg.get_policy().state_dict())
     _collect(runner)
     reference = copy.deepcopy(alg)
@@ -239,7 +239,7 @@ def test_a_one_worker_runner_reads_no_rank_variables(monkeypatch, tmp_path):
         spec.make_env(env_cfg), agent, context=WorkerContext.single("cpu"), log_format="compact"
     )
     assert runner.ctx.world_size == 1 and runner.alg.gradients.reducer is None
-    assert runner.describe() == "update: fast engine; one worker, nothing averaged"
+    assert runner.describe() == "update: PPO loss compiled (torch.compile); one worker, nothing averaged"
     before = [p.detach().clone() for p in runner.alg.trained]
     runner.learn(1)
     assert runner.current_learning_iteration == 1
@@ -260,9 +260,9 @@ def test_a_checkpoint_loads_with_weights_only(trained):
     assert isinstance(state["rng_states"][0]["torch"], torch.Tensor)
 
 
-def test_per_minibatch_advantage_normalisation_is_a_setting_that_reaches_both_update_paths():
+def test_per_minibatch_advantage_normalisation_is_a_setting_that_reaches_the_update():
     spec, env_cfg, agent = cartpole_configs(16, 4, episode_length_s=0.2)
     agent.ppo.normalize_advantage_per_mini_batch = True
     runner = FleetRunner(spec.make_env(env_cfg), agent, None, "cpu", log_format="compact")
-    assert runner.alg.normalize_advantage_per_mini_batch and runner.alg.engine is not None
+    assert runner.alg.normalize_advantage_per_mini_batch and runner.alg.compiled_loss is not None
     runner.learn(1)

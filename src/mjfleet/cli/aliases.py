@@ -35,6 +35,11 @@ ALIASES: dict[str, str] = {
 
 RENAMED_PREFIXES: dict[str, str] = {"--agent.algorithm.": "--agent.ppo."}
 """Old flag spellings that keep working: PPO's settings were `AgentConfig.algorithm` until 2026-11-28."""
+RENAMED_FLAGS: dict[str, str] = {
+    "--agent.ppo.fast-update": "--agent.ppo.compile-update",
+    "--agent.ppo.no-fast-update": "--agent.ppo.no-compile-update",
+}
+"""The hand-derived update engine gave way to the compiled loss (2026-11-28): its switch now switches that."""
 
 
 def renamed_flags(args: list[str]) -> list[str]:
@@ -44,7 +49,7 @@ def renamed_flags(args: list[str]) -> list[str]:
         for old, new in RENAMED_PREFIXES.items():
             if arg.startswith(old):
                 arg = new + arg[len(old) :]
-        out.append(arg)
+        out.append(RENAMED_FLAGS.get(arg, arg))
     return out
 
 

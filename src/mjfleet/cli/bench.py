@@ -41,7 +41,7 @@ class BenchFlags:
     Every env and agent setting of the task is a flag too (--env.*, --agent.*)."""
 
     algorithm: Literal["ppo", "sac"] | None = None
-    """The algorithm whose iterations the training phase times (alias of --agent.ppo-name; default ppo)."""
+    """The algorithm whose iterations the training phase times (alias of --agent.algorithm-name; default ppo)."""
     num_envs: tuple[str, ...] = ()
     """Environments per worker (alias of --env.num-envs, and wins over it): one value, several (a sweep: `64 256 1024`), or `auto` (where throughput stops growing; measured once per task, device, threads per worker, versions and task settings, then cached). Default: the task's default for the device."""
     gpu_ids: tuple[str, ...] = ("auto",)

@@ -44,7 +44,7 @@ class TrainFlags:
     """Train a policy with PPO or SAC. Every env and agent setting of the task is a flag (--env.*, --agent.*)."""
 
     algorithm: Literal["ppo", "sac", "distillation"] | None = None
-    """The learning algorithm (alias of --agent.ppo-name): ppo (on-policy, the default), sac (off-policy
+    """The learning algorithm (alias of --agent.algorithm-name): ppo (on-policy, the default), sac (off-policy
     with a replay buffer per worker; its settings are --agent.sac.*; docs/sac.md) or distillation (a student
     imitating --teacher; --agent.distillation.*)."""
     teacher: str | None = None

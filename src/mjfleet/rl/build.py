@@ -1,4 +1,4 @@
-"""Builds PPO for a runner: rsl_rl's models and storage, FleetPPO, its reducer and its update engine; and PPO's
+"""Builds PPO for a runner: rsl_rl's models and storage, FleetPPO and its reducer; and PPO's
 actor back out of a checkpoint (`play`, export). SAC's counterpart is `mjfleet.rl.sac.build`; the runner reaches
 either through `mjfleet.rl.algorithm`.
 
@@ -66,11 +66,6 @@ def build_ppo(
     storage = RolloutStorage("rl", env.num_envs, agent.num_steps_per_env, obs, [env.num_actions], device)
     alg = algorithm(actor, critic, storage, agent.ppo, device, policy_cfg=to_plain(agent.to_rsl_rl()))
     alg.gradients.connect(agent.ppo.gradient_reducer, ctx)
-    if agent.ppo.fast_update:
-        from mjfleet.rl.fast import FastUpdate
-
-        engine, alg.engine_declined = FastUpdate.build(alg, agent.ppo.capture_update)
-        alg.attach_engine(engine)
     return alg
 
 
@@ -110,4 +105,3 @@ def ppo_from_student(alg: FleetPPO, state: dict[str, Any]) -> None:
             "fine-tune with the student's --agent.actor settings"
         )
     alg.critic_only_updates = alg.critic_warmup_iterations
-    alg.policy_changed()

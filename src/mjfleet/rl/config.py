@@ -74,13 +74,11 @@ class PPOConfig:
     collective and one optimizer step (1: after every minibatch). For slow links between hosts: K times fewer
     collectives, at the cost of K times fewer optimizer steps per epoch. At most num_mini_batches; an epoch's
     last group may be shorter."""
-    fast_update: bool = True
-    """MLP networks: compute rollout actions and each minibatch's loss and gradients layer by layer instead of
-    through module calls and autograd (mjfleet.rl.fast: the same mathematics, about a fifth of the operations);
-    other networks always run the reference update."""
-    capture_update: bool = True
-    """On CUDA, with the fast update: record one minibatch's gradients as a CUDA graph and replay it for every
-    minibatch (same minibatches and optimizer; far fewer kernel launches)."""
+    compile_update: bool = True
+    """Feed-forward networks: run each minibatch's loss compiled by torch.compile (the same function, its
+    operations fused; 1.00-1.16x the loss as written on 2 CPU cores, docs/benchmarks.md). The first process to
+    compile a network's loss spends seconds on it (cached afterwards under /tmp/torchinductor_<user>); a compile
+    that fails falls back to the loss as written. `--agent.ppo.no-compile-update` runs it as written."""
     tf32: bool = True
     """On CUDA: the update's float32 matrix products on TensorFloat-32 tensor cores (inputs rounded to a 10-bit
     mantissa, float32 sums), as mjlab's train does; `--agent.ppo.no-tf32` keeps IEEE float32. Rollouts

@@ -1,19 +1,20 @@
-"""PPO's training throughput with each way of computing a minibatch's gradients, alternated back to back.
+"""PPO's training throughput with the loss compiled and as written, alternated back to back.
 
-    uv run python scripts/update_engines.py Quadruped-Velocity-Flat --num-envs 256 --workers 1
-    uv run python scripts/update_engines.py Cartpole-Balance --num-envs 1024 --workers 2
+    uv run python scripts/compiled_update.py Quadruped-Velocity-Flat --num-envs 256 --workers 1
+    uv run python scripts/compiled_update.py Cartpole-Balance --num-envs 1024 --workers 2
 
-Three variants of the same update (same minibatches, same averaged step), each timed as `bench`'s training phase
+Two variants of the same update (same minibatches, same averaged step), each timed as `bench`'s training phase
 (full `FleetRunner.learn` iterations after one untimed warm-up iteration, on CPU workers):
 
-    engine     the hand-derived MLP gradients (mjfleet.rl.fast; the default)
-    compiled   the reference loss (`FleetPPO.minibatch_loss`) under torch.compile, autograd for its backward
-    reference  the reference loss, op by op (--agent.ppo.no-fast-update)
+    compiled    `FleetPPO.minibatch_loss` under torch.compile, autograd for its backward (the default)
+    as-written  the same loss op by op (--agent.ppo.no-compile-update)
 
 Each round runs every variant once, in a rotated order, so that a machine's drift falls on all of them; the
-script prints each round and the medians, and the compiled reference's median as a share of the engine's.
-torch.compile's own compile time falls in the warm-up iteration and is reported apart. rl/fast/__init__.py quotes
-the figures this printed.
+script prints each round, the medians, and the compiled loss's median as a multiple of the loss as written.
+torch.compile's own compile time falls in the warm-up iteration, and so in each run's wall time.
+
+Until 5d4f32d a third variant, `engine` (hand-derived MLP gradients, mjfleet.rl.fast), ran beside these: the
+compiled loss reached 95-99% of its training throughput, so the engine was deleted (docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -24,26 +25,15 @@ import json
 import statistics
 import time
 
-VARIANTS = ("engine", "compiled", "reference")
+VARIANTS = ("compiled", "as-written")
 
 
-def variant_worker(job, variant: str):
-    """bench's worker, with the reference loss compiled for the `compiled` variant."""
-    import torch
-
+def variant_worker(job):
+    """bench's worker, timing its whole run."""
     from mjfleet.bench.measure import bench_worker
-    from mjfleet.rl.ppo import FleetPPO
 
-    plain = FleetPPO.minibatch_loss
-    if variant == "compiled":
-        FleetPPO.minibatch_loss = torch.compile(plain)
     started = time.perf_counter()
-    try:
-        result = bench_worker(job)
-    finally:
-        FleetPPO.minibatch_loss = (
-            plain  # one worker runs in this process: the next variant must not inherit it
-        )
+    result = bench_worker(job)
     if result is not None:
         result["wall_s"] = time.perf_counter() - started
     return result
@@ -77,12 +67,12 @@ def main() -> None:
         order = args.variants[round_ % len(args.variants) :] + args.variants[: round_ % len(args.variants)]
         for variant in order:
             agent_v = copy.deepcopy(agent)
-            agent_v.ppo.fast_update = variant == "engine"
+            agent_v.ppo.compile_update = variant == "compiled"
             job = BenchJob(
                 args.task, env_cfg, agent_v, plan, (args.num_envs,), iterations=args.iterations,
                 phases=("training",), quiet=True,
             )  # fmt: skip
-            raw = run_workers(plan, variant_worker, job, variant)
+            raw = run_workers(plan, variant_worker, job)
             training = summarize_run(raw)["points"][0]["training"]
             rate, update = training["env_steps_per_s"], training["update_share"]
             rates[variant].append(rate)
@@ -95,8 +85,8 @@ def main() -> None:
     medians = {v: statistics.median(r) for v, r in rates.items()}
     for variant, median in medians.items():
         print(f"median {variant:9s} {median:10,.0f} env-steps/s")
-    if "engine" in medians and "compiled" in medians:
-        print(f"compiled reference / engine: {medians['compiled'] / medians['engine']:.3f}")
+    if len(medians) == 2:
+        print(f"compiled / as written: {medians['compiled'] / medians['as-written']:.3f}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(
