@@ -52,6 +52,16 @@ class ActorPolicy:
             self.actor.reset(dones)
 
 
+def on_own_envs(
+    make_env: Callable[[], Any], device: str, episodes: int
+) -> Callable[[Policy], dict[str, Any]]:
+    """A periodic evaluation for a training loop: `evaluate` on environments of its own (`make_env()`, built once,
+    outside training's random stream so that evaluating changes nothing in training)."""
+    with torch.random.fork_rng(devices=[torch.device(device)] if device.startswith("cuda") else []):
+        env = make_env()
+    return lambda policy: evaluate(env, policy, episodes)
+
+
 def evaluate(
     env,
     policy: Policy,

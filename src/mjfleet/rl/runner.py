@@ -12,6 +12,7 @@ from typing import Any, Protocol
 
 import torch
 
+from mjfleet.errors import UsageError, first_line
 from mjfleet.fleet import liveness
 from mjfleet.fleet.agreement import agreed_stop, check_consistency
 from mjfleet.fleet.context import WorkerContext
@@ -55,6 +56,8 @@ class RunnerHooks:
     """Whether to save after this many iterations besides every `save_interval` (milestones kept for ever)."""
     on_step: Callable[[], None] | None = None
     """Rank 0, after every rollout step (`train --viewer viser`); it must not wait on the device."""
+    on_close: Callable[[], None] | None = None
+    """Once, when the runner closes (the live view ends)."""
 
 
 class FleetRunner:
@@ -277,6 +280,9 @@ class FleetRunner:
         if self.metrics is not None:
             self.metrics.close()
             self.metrics = None
+        if self.hooks.on_close is not None:
+            close, self.hooks.on_close = self.hooks.on_close, None
+            close()
 
     # ------------------------------------------------------------- checkpoints
     def is_save_point(self, iteration: int) -> bool:
@@ -316,9 +322,15 @@ class FleetRunner:
     def load(self, path, strict: bool = True, map_location=None, restore_rng: bool = True) -> dict:
         """Restore the algorithm's state, the iteration and step counts, and this rank's torch RNG state when the
         checkpoint has one for it; returns its `infos`. A checkpoint of another algorithm is a UsageError, unless
-        this one starts from it (`AlgorithmEntry.starts_from`: PPO from a distilled student)."""
-        state = saved_state.read(path, map_location or self.device)
-        load_checkpoint_state(self.alg, state, strict, source=path)
+        this one starts from it (`AlgorithmEntry.starts_from`: PPO from a distilled student), and so is one that
+        does not fit this policy."""
+        try:
+            state = saved_state.read(path, map_location or self.device)
+            load_checkpoint_state(self.alg, state, strict, source=path)
+        except (RuntimeError, KeyError, ValueError) as exc:
+            raise UsageError(
+                f"checkpoint {path} does not fit this task's policy: {first_line(exc)}"
+            ) from None
         self.current_learning_iteration = state["iter"]
         self.env_steps = state.get("env_steps", 0)
         self.saved_iteration = self.current_learning_iteration

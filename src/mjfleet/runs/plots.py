@@ -40,6 +40,16 @@ def _series(records: list[dict[str, Any]], key: str) -> tuple[list[float], list[
     return xs, ys
 
 
+def plot_run(run_dir) -> None:
+    """A run's reward_curve.png at the end of training; a plotting problem must never fail the run."""
+    import sys
+
+    try:
+        plot_reward_curve([run_dir.path], run_dir.reward_curve)
+    except Exception as exc:  # noqa: BLE001
+        print(f"warning: could not plot {run_dir.reward_curve}: {exc}", file=sys.stderr)
+
+
 def plot_reward_curve(
     runs: Sequence[str | os.PathLike], output: str | os.PathLike, labels: Sequence[str] | None = None
 ) -> pathlib.Path:

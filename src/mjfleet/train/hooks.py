@@ -1,25 +1,53 @@
-"""A training job's checkpoints: resuming from one, and what follows each save (pruning, export, upload) and each
-periodic evaluation (model_best.pt). The checkpoint's contents and RNG states are `mjfleet.rl.saved_state`'s."""
+"""What a training job adds to its runner (rank 0's): what follows each save (pruning, export, upload), the periodic
+evaluation (model_best.pt), the training video and the live view. The checkpoint's contents and RNG states are
+`mjfleet.rl.saved_state`'s."""
 
 from __future__ import annotations
 
+import dataclasses
 import pathlib
 from collections.abc import Callable
 from typing import Any
 
 import torch
 
-from mjfleet.errors import UsageError, first_line
-from mjfleet.rl.runner import FleetRunner
+from mjfleet.rl.runner import FleetRunner, RunnerHooks
 from mjfleet.runs import Retention, RunDir
 
 
-def resume(runner: FleetRunner, path: str) -> None:
-    """Load the checkpoint the job resumes from; one that does not fit the task's policy is a UsageError."""
-    try:
-        runner.load(path, map_location=runner.device)
-    except (RuntimeError, KeyError, ValueError) as exc:
-        raise UsageError(f"checkpoint {path} does not fit this task's policy: {first_line(exc)}") from None
+class JobHooks:
+    """The job's `RunnerHooks` for the worker `ctx` (every rank: the retention's milestones; rank 0: after-save,
+    video, live view, evaluation), and what they need once the runner exists (`attach`)."""
+
+    def __init__(self, job, ctx, spec, env) -> None:
+        self.runner_hooks = RunnerHooks(save_point=job.retention.is_milestone)
+        self.after_save: AfterSave | None = None
+        if not ctx.is_main:
+            return
+        hooks = self.runner_hooks
+        hooks.on_checkpoint = self.after_save = AfterSave(
+            job.run_dir, job.retention, job.export_on_save, job.wandb_upload_checkpoints
+        )
+        if job.video is not None:
+            from mjfleet.runs.video import TrainingVideo
+
+            interval, length, width, height = job.video
+            hooks.video = TrainingVideo(env, job.run_dir.path / "videos", interval, length, width, height)
+        if job.viewer is not None:
+            from mjfleet.viewers.scene import open_training_viewer
+
+            view = open_training_viewer(job.viewer, env, job.task)
+            hooks.on_step, hooks.on_close = view.step, view.close
+        if job.eval_interval > 0:
+            from mjfleet.evaluation import on_own_envs
+
+            cfg = dataclasses.replace(job.env, num_envs=min(job.eval_episodes, 64))
+            evaluator = on_own_envs(lambda: spec.make_env(cfg, ctx.device), ctx.device, job.eval_episodes)
+            hooks.evaluate = PeriodicEvaluation(evaluator, job.eval_interval, job.run_dir)
+
+    def attach(self, runner: FleetRunner) -> None:
+        if self.after_save is not None:
+            self.after_save.runner = runner
 
 
 class AfterSave:

@@ -31,12 +31,13 @@ def train(job: TrainJob, ctx: WorkerContext) -> dict[str, Any]:
     import torch
     import warp as wp
 
-    from mjfleet.rl.runner import FleetRunner, RunnerHooks
+    from mjfleet.rl.runner import FleetRunner
     from mjfleet.rl.stop import StopRequest
+    from mjfleet.runs.plots import plot_run
     from mjfleet.sim.simulation import compile_notices
     from mjfleet.tasks import get_task
     from mjfleet.tasks.plugins import load_task_modules
-    from mjfleet.train.hooks import AfterSave, PeriodicEvaluation, resume
+    from mjfleet.train.hooks import JobHooks
 
     load_task_modules(job.task_modules)
     torch.manual_seed(seed_for(job.agent.seed, ctx))
@@ -53,43 +54,21 @@ def train(job: TrainJob, ctx: WorkerContext) -> dict[str, Any]:
     stop = StopRequest(abort_on_repeat=job.plan.in_process, announce=ctx.is_main)
     with stop, wp.ScopedDevice(ctx.device), compile_notices(ctx.is_main):
         env = spec.make_env(job.env, ctx.device)
-        hooks = RunnerHooks(save_point=job.retention.is_milestone)
-        after_save = None
-        if ctx.is_main:
-            after_save = AfterSave(
-                job.run_dir, job.retention, job.export_on_save, job.wandb_upload_checkpoints
-            )
-            hooks.on_checkpoint = after_save
-            if job.eval_interval > 0:
-                hooks.evaluate = PeriodicEvaluation(
-                    _evaluator(spec, job, ctx.device), job.eval_interval, job.run_dir
-                )
-            if job.video is not None:
-                from mjfleet.runs.video import TrainingVideo
-
-                interval, length, width, height = job.video
-                hooks.video = TrainingVideo(env, job.run_dir.path / "videos", interval, length, width, height)
-        view = None
-        if ctx.is_main and job.viewer is not None:
-            from mjfleet.viewers.scene import open_training_viewer
-
-            view = open_training_viewer(job.viewer, env, job.task)
-            hooks.on_step = view.step
+        hooks = JobHooks(job, ctx, spec, env)
         runner = FleetRunner(
             env,
             job.agent,
             job.run_dir if ctx.is_main else None,
             context=ctx,
-            hooks=hooks,
+            hooks=hooks.runner_hooks,
             stop=stop,
             log_format=job.log_format,
             update_threads=job.plan.update_threads,
             checkpoint_info={"task": job.task, "env_cfg": dataclasses.asdict(job.env)},
         )
-        if after_save is not None:
-            after_save.runner = runner
+        hooks.attach(runner)
         if job.resume_from is not None:
-            resume(runner, job.resume_from)
+            runner.load(job.resume_from, map_location=runner.device)
         start_iteration, start_env_steps = runner.current_learning_iteration, runner.env_steps
         if ctx.is_main:
             print(runner.describe(), flush=True)
@@ -102,10 +81,8 @@ def train(job: TrainJob, ctx: WorkerContext) -> dict[str, Any]:
             )
         finally:
             runner.close()
-            if view is not None:
-                view.close()
         if ctx.is_main:
-            _plot(job.run_dir)
+            plot_run(job.run_dir)
     if runner.interrupted is not None:
         raise Interrupted(runner.interrupted)
     return {
@@ -154,26 +131,3 @@ def _write_provenance(run_dir: RunDir) -> None:
         if state[0]["dirty"]:
             (run_dir.path / "params" / "git.diff").write_text(state[1])
     run_dir.write_params(versions=versions())
-
-
-def _evaluator(spec, job: TrainJob, device: str):
-    """Rank 0's periodic evaluation: `evaluate` on environments of its own, built once (outside training's random
-    stream, so that evaluating changes nothing in training)."""
-    import torch
-
-    from mjfleet.evaluation import evaluate
-
-    cfg = dataclasses.replace(job.env, num_envs=min(job.eval_episodes, 64))
-    with torch.random.fork_rng(devices=[torch.device(device)] if device.startswith("cuda") else []):
-        env = spec.make_env(cfg, device)
-    return lambda policy: evaluate(env, policy, job.eval_episodes)
-
-
-def _plot(run_dir: RunDir) -> None:
-    """reward_curve.png at the end of training; a plotting problem must never fail the run."""
-    from mjfleet.runs.plots import plot_reward_curve
-
-    try:
-        plot_reward_curve([run_dir.path], run_dir.reward_curve)
-    except Exception as exc:  # noqa: BLE001
-        print(f"warning: could not plot {run_dir.reward_curve}: {exc}", file=sys.stderr)
