@@ -4,13 +4,15 @@
 # The 2-worker test needs torchrunx's paramiko, hence cryptography: fetch the wheels with
 # `bash ../shared/gpu/fetch-wheels.sh cryptography cffi pycparser`.
 #
-#   bash scripts/gpu_checks.sh tests   # tests/test_cuda.py: graph replay == op by op, no host sync, TF32, train
+#   bash scripts/gpu_checks.sh tests   # tests/test_cuda.py: graph replay == op by op, the compiled PPO loss == the
+#                                      # loss as written, no host sync, TF32, train
 #   bash scripts/gpu_checks.sh bench   # Quadruped-Flat 4,096 envs (the GPU target), TF32 on/off alternating
 #   bash scripts/gpu_checks.sh learn   # Quadruped-Flat 300 iterations with the defaults: does it still learn?
 #   bash scripts/gpu_checks.sh humanoid-bench   # Humanoid-Flat at 4,096 envs and where throughput saturates
 #   bash scripts/gpu_checks.sh humanoid-learn   # Humanoid-Flat: minutes to walking (forward and random commands);
 #                                               # brings back the best checkpoint as a pretrained policy + its export
 #   bash scripts/gpu_checks.sh sac-bench  # Quadruped-Flat 4,096 envs: SAC with and without the recorded step, PPO
+#   bash scripts/gpu_checks.sh ppo-loss-bench  # Quadruped-Flat 4,096 envs: PPO's loss compiled and as written, twice
 #   bash scripts/gpu_checks.sh recurrent-bench  # Quadruped-Flat 4,096 envs on the deployable set: GRU and MLP, twice
 #   bash scripts/gpu_checks.sh sac-learn  # Quadruped-Flat: PPO, SAC and SAC with GPU-sized batches, 2.2 min each,
 #                                         # side by side on the one GPU, evaluated by play (scripts/ppo_vs_sac.py)
@@ -108,6 +110,17 @@ for stage in "$@"; do
         python3 -m mjfleet.cli.bench Quadruped-Velocity-Flat --num-envs 4096 --iterations 10 \
             --json "$out/quadruped_flat_4096_ppo.json" 2>&1 | tail -12
         status=$((status | PIPESTATUS[0]))
+        ;;
+    ppo-loss-bench)
+        # The compiled PPO loss (the default since the hand-derived engine went, docs/benchmarks.md "One PPO loss")
+        # against the loss as written, alternating.
+        for round in 1 2; do
+            for loss in compile no-compile; do
+                python3 -m mjfleet.cli.bench Quadruped-Velocity-Flat --num-envs 4096 --iterations 10 \
+                    --agent.ppo.$loss-update --json "$out/quadruped_flat_4096_ppo_${loss}_${round}.json" 2>&1 | tail -12
+                status=$((status | PIPESTATUS[0]))
+            done
+        done
         ;;
     recurrent-bench)
         # A recurrent actor's env-steps/s beside the MLP's on the same observations, alternating (issue 45).
