@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 import pytest
-from helpers import run_cli
+from helpers import missing_infrastructure, run_cli
 
 from mjfleet.bench import autotune, machine
 from mjfleet.bench.report import scaling, summarize_run
@@ -234,7 +234,7 @@ def test_peak_rss_starts_a_new_window_per_env_count():
     import numpy as np
 
     if not machine.reset_peak_rss():
-        pytest.skip("no /proc/self/clear_refs here: the peak counts from process start")
+        missing_infrastructure("no /proc/self/clear_refs here (Linux): the peak counts from process start")
     base = machine.peak_rss_bytes()
     block = np.ones(64 * 2**20 // 8)  # 64 MiB, touched
     assert machine.peak_rss_bytes() >= base + 60 * 2**20
