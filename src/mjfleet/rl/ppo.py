@@ -103,9 +103,8 @@ class FleetPPO(PPO):
         self.not_compiled: str | None = None
         """Why the loss runs as written although `compile_update` asked otherwise, for the start-up line."""
         if settings.compile_update and self.recurrent:
-            self.not_compiled = (
-                "a recurrent network"  # not measured compiled: its trajectories replay op by op
-            )
+            # not measured compiled: its minibatches replay whole trajectories op by op
+            self.not_compiled = "a recurrent network"
         elif settings.compile_update:
             self.compiled_loss = torch.compile(self.minibatch_loss)
         self._compiled_ran = False

@@ -281,8 +281,7 @@ class FleetRunner:
             self.metrics.close()
             self.metrics = None
         if self.hooks.on_close is not None:
-            close, self.hooks.on_close = self.hooks.on_close, None
-            close()
+            self.hooks.on_close()
 
     # ------------------------------------------------------------- checkpoints
     def is_save_point(self, iteration: int) -> bool:
@@ -328,9 +327,8 @@ class FleetRunner:
             state = saved_state.read(path, map_location or self.device)
             load_checkpoint_state(self.alg, state, strict, source=path)
         except (RuntimeError, KeyError, ValueError) as exc:
-            raise UsageError(
-                f"checkpoint {path} does not fit this task's policy: {first_line(exc)}"
-            ) from None
+            why = first_line(exc)
+            raise UsageError(f"checkpoint {path} does not fit this task's policy: {why}") from None
         self.current_learning_iteration = state["iter"]
         self.env_steps = state.get("env_steps", 0)
         self.saved_iteration = self.current_learning_iteration
