@@ -87,12 +87,24 @@ def test_a_sweep_through_the_console_script_reports_every_figure_for_each_env_co
 def test_two_cpu_workers_report_scaling_against_one_worker_and_the_all_reduce_share(tmp_path, capsys):
     out = tmp_path / "bench.json"
     code, stdout, _ = run_main(
-        capsys, "Cartpole-Balance", "--num-envs", "16", "--cpu-workers", "2", *TINY, "--json", str(out)
+        capsys,
+        "Cartpole-Balance",
+        "--num-envs",
+        "16",
+        "--cpu-workers",
+        "2",
+        *TINY,
+        "--rounds",
+        "2",
+        "--json",
+        str(out),
     )
     assert code == 0
-    assert "scaling, 2 workers vs 1" in stdout
+    assert "scaling, 2 workers vs 1 (same envs per worker; median of 2 alternated rounds" in stdout
     report = json.loads(out.read_text())
-    single, multi = report["runs"]
+    runs = report["runs"]
+    assert [(r["workers"], r["round"]) for r in runs] == [(1, 1), (2, 1), (1, 2), (2, 2)]  # alternated
+    single, multi = runs[:2]
     assert single["workers"] == 1 and multi["workers"] == 2
     assert single["threads_per_worker"] == multi["threads_per_worker"]  # same share of the machine each
     assert_consistent_point(multi["points"][0], workers=2)
@@ -105,11 +117,15 @@ def test_two_cpu_workers_report_scaling_against_one_worker_and_the_all_reduce_sh
     assert multi["startup"]["first_env_step_s"] >= multi["startup"]["launch_to_first_env_step_s"]
 
     (entry,) = report["scaling"]
-    assert entry["num_envs"] == 16 and entry["workers"] == 2
+    assert entry["num_envs"] == 16 and entry["workers"] == 2 and entry["rounds"] == 2
     for phase in PHASES:
-        speedup = multi["points"][0][phase]["env_steps_per_s"] / single["points"][0][phase]["env_steps_per_s"]
-        assert entry[phase]["speedup"] == pytest.approx(speedup)
-        assert entry[phase]["efficiency"] == pytest.approx(speedup / 2)
+        rate = [r["points"][0][phase]["env_steps_per_s"] for r in runs]
+        each = [rate[1] / rate[0], rate[3] / rate[2]]  # each round's 2 workers over its own 1 worker
+        assert entry[phase]["speedups"] == pytest.approx(each)
+        assert entry[phase]["speedup"] == pytest.approx(sum(each) / 2)  # the median of two
+        assert entry[phase]["range"] == pytest.approx([min(each), max(each)])
+        assert entry[phase]["efficiency"] == pytest.approx(entry[phase]["speedup"] / 2)
+        assert entry[phase]["best_speedup"] == pytest.approx(max(rate[1], rate[3]) / max(rate[0], rate[2]))
 
 
 def test_num_envs_auto_uses_the_cached_count_for_this_task_device_and_versions(tmp_path, monkeypatch, capsys):

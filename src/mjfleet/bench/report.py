@@ -179,20 +179,42 @@ def _memory(per_rank: list[dict[str, Any]]) -> dict[str, Any]:
 
 def scaling(single: dict[str, Any], multi: dict[str, Any]) -> list[dict[str, Any]]:
     """Speed-up and efficiency of a multi-worker run over the 1-worker run, per environment count."""
-    by_envs = {p["num_envs"]: p for p in single["points"]}
+    return scaling_over_rounds([(single, multi)])
+
+
+def scaling_over_rounds(rounds: list[tuple[dict[str, Any], dict[str, Any]]]) -> list[dict[str, Any]]:
+    """Speed-up of the multi-worker run over the 1-worker run of each round (the two measured back to back), per
+    environment count and phase: the median over the rounds with its range and every round's value, and the
+    speed-up of the best figures of all rounds. One round of best-of-3 blocks on a shared 2-core VM ranged
+    1.29x-2.33x over eight runs (docs/benchmarks.md), so a single speed-up cannot tell a regression from noise."""
+    workers = rounds[0][1]["workers"]
     out = []
-    for point in multi["points"]:
-        base = by_envs.get(point["num_envs"])
-        if base is None:
+    for point in rounds[0][1]["points"]:
+        n = point["num_envs"]
+        pairs = [(_point(single, n), _point(multi, n)) for single, multi in rounds]
+        pairs = [(base, p) for base, p in pairs if base is not None and p is not None]
+        if not pairs:
             continue
-        entry: dict[str, Any] = {"num_envs": point["num_envs"], "workers": multi["workers"]}
+        entry: dict[str, Any] = {"num_envs": n, "workers": workers, "rounds": len(pairs)}
         for phase in ("physics", "env", "rollout", "training"):
-            if phase in point and phase in base:
-                speedup = point[phase]["env_steps_per_s"] / base[phase]["env_steps_per_s"]
-                entry[phase] = {"speedup": speedup, "efficiency": speedup / multi["workers"]}
-                cpu, cpu_base = (p[phase].get("cpu_time_env_steps_per_s") for p in (point, base))
-                if cpu and cpu_base:
-                    entry[phase]["cpu_time_speedup"] = cpu / cpu_base
-                    entry[phase]["cpu_time_efficiency"] = cpu / cpu_base / multi["workers"]
+            if all(phase in base and phase in p for base, p in pairs):
+                entry[phase] = _speedups(pairs, phase, "env_steps_per_s", workers)
+                if all(base[phase].get("cpu_time_env_steps_per_s") and p[phase].get("cpu_time_env_steps_per_s")
+                       for base, p in pairs):  # fmt: skip
+                    cpu = _speedups(pairs, phase, "cpu_time_env_steps_per_s", workers)
+                    entry[phase]["cpu_time_speedup"] = cpu["speedup"]
+                    entry[phase]["cpu_time_efficiency"] = cpu["efficiency"]
         out.append(entry)
     return out
+
+
+def _point(run: dict[str, Any], num_envs: int) -> dict[str, Any] | None:
+    return next((p for p in run["points"] if p["num_envs"] == num_envs), None)
+
+
+def _speedups(pairs: list[tuple[dict, dict]], phase: str, rate: str, workers: int) -> dict[str, Any]:
+    each = [p[phase][rate] / base[phase][rate] for base, p in pairs]
+    median = statistics.median(each)
+    best = max(p[phase][rate] for _, p in pairs) / max(base[phase][rate] for base, _ in pairs)
+    return {"speedup": median, "efficiency": median / workers, "speedups": each, "range": [min(each), max(each)],
+            "best_speedup": best}  # fmt: skip

@@ -23,7 +23,9 @@ def format_report(result: dict[str, Any]) -> str:
     ]
     for run in result["runs"]:
         lines.append("")
-        lines.append(f"{run['plan']} -- {run['device_name']}")
+        rounds = result["settings"].get("rounds", 1)
+        of_round = f", round {run['round']} of {rounds}" if rounds > 1 else ""
+        lines.append(f"{run['plan']} -- {run['device_name']}{of_round}")
         lines.extend(_run_table(run))
         if run["device"] == "cpu":
             lines.extend(_cpu_time_lines(run))
@@ -32,12 +34,21 @@ def format_report(result: dict[str, Any]) -> str:
     for entry in result.get("scaling", []):
         if entry is result["scaling"][0]:
             lines.append("")
-            lines.append(f"scaling, {entry['workers']} workers vs 1 (same envs per worker, same invocation):")
+            rounds = entry.get("rounds", 1)
+            how = (
+                f"median of {rounds} alternated rounds [range], best figures' ratio"
+                if rounds > 1
+                else "one round"
+            )
+            lines.append(f"scaling, {entry['workers']} workers vs 1 (same envs per worker; {how}):")
         parts = []
         for phase in ("physics", "env", "rollout", "training"):
             if phase in entry:
                 s = entry[phase]
-                parts.append(f"{phase} {s['speedup']:.2f}x ({s['efficiency']:.0%})")
+                spread = ""
+                if entry.get("rounds", 1) > 1:
+                    spread = f" [{s['range'][0]:.2f}-{s['range'][1]:.2f}], best {s['best_speedup']:.2f}x"
+                parts.append(f"{phase} {s['speedup']:.2f}x ({s['efficiency']:.0%}){spread}")
         lines.append(f"  {entry['num_envs']} envs/worker: " + ", ".join(parts))
         cpu_parts = [
             f"{phase} {entry[phase]['cpu_time_speedup']:.2f}x ({entry[phase]['cpu_time_efficiency']:.0%})"

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from mjfleet.bench import autotune, machine
-from mjfleet.bench.report import scaling, summarize_run, summarize_startup
+from mjfleet.bench.report import scaling_over_rounds, summarize_run, summarize_startup
 from mjfleet.bench.table import format_report
 from mjfleet.cli.common import parse_task_command, quiet_warp, user_errors, worker_plan
 from mjfleet.errors import UsageError
@@ -60,6 +60,9 @@ class BenchFlags:
     """Policy steps per timed block of the physics, env and rollout phases."""
     repeats: int = 3
     """Timed blocks per phase; the table shows the best (the machine's capability), JSON keeps the mean too."""
+    rounds: int = 3
+    """With several workers: rounds of the 1-worker and the N-worker measurement, alternated back to back; the
+    scaling figures are the median speed-up over the rounds, with its range."""
     json: str | None = None
     """Also write every figure to this JSON file."""
     retune: bool = False
@@ -96,7 +99,7 @@ def parse_num_envs(tokens: tuple[str, ...] | list[str]) -> tuple[list[int], bool
 
 
 def check_flags(flags: Any) -> None:
-    for name in ("iterations", "steps", "repeats"):
+    for name in ("iterations", "steps", "repeats", "rounds"):
         if getattr(flags, name) < 1:
             raise UsageError(f"--{name} must be >= 1, got {getattr(flags, name)}")
     if flags.env.decimation < 1:
@@ -187,18 +190,25 @@ def run(argv: list[str]) -> dict[str, Any]:
     sizes = sorted(set(sizes))
 
     runs = []
-    if single is not None:
-        raw = _rank0(run_workers(single, bench_worker, job(single, sizes)))
-        startup = first_startup or summarize_startup(raw)
-        runs.append(summarize_run(raw, startup))
-    if plan.world_size > 1:
-        raw = _rank0(
-            run_workers(
-                plan, bench_worker, job(plan, sizes, launch_time=time.time()), log_dir=flags.torchrunx_log_dir
+    rounds = flags.rounds if single is not None and plan.world_size > 1 else 1
+    for round_ in range(rounds):
+        if single is not None:
+            raw = _rank0(run_workers(single, bench_worker, job(single, sizes)))
+            startup = (round_ == 0 and first_startup) or summarize_startup(raw)
+            runs.append({**summarize_run(raw, startup), "round": round_ + 1})
+        if plan.world_size > 1:
+            raw = _rank0(
+                run_workers(
+                    plan,
+                    bench_worker,
+                    job(plan, sizes, launch_time=time.time()),
+                    log_dir=flags.torchrunx_log_dir,
+                )
             )
-        )
-        runs.append(summarize_run(raw, summarize_startup(raw, parent_ready_s)))
+            runs.append({**summarize_run(raw, summarize_startup(raw, parent_ready_s)), "round": round_ + 1})
+            parent_ready_s = None  # only the first launch follows this process's start
 
+    rounds_paired = single is not None and plan.world_size > 1  # runs alternate: 1 worker, N workers, ...
     result: dict[str, Any] = {
         "task": task_name,
         "date": time.strftime("%Y-%m-%d %H:%M:%S"),
@@ -211,11 +221,14 @@ def run(argv: list[str]) -> dict[str, Any]:
             "algorithm": flags.agent.algorithm_name,
             "num_steps_per_env": flags.agent.num_steps_per_env,
             "decimation": flags.env.decimation,
+            "rounds": rounds,
             "sizes": sizes,
             "command": ["bench", *argv],
         },
         "runs": runs,
-        "scaling": scaling(runs[0], runs[-1]) if len(runs) > 1 and runs[0]["workers"] == 1 else [],
+        "scaling": scaling_over_rounds(list(zip(runs[::2], runs[1::2], strict=True)))
+        if rounds_paired
+        else [],
         "auto": auto_info,
     }
     print(format_report(result), flush=True)
