@@ -144,3 +144,13 @@ def test_the_fetched_robots_simulate_a_second_holding_their_home_pose(built):
         assert np.isfinite(data.qpos).all()
         up = data.xmat[robot.base_body_id].reshape(3, 3)[2, 2]  # the base's z axis, vertical component
         assert up > 0.9, f"{name} tipped over holding its home pose"
+
+
+def test_the_fetched_robots_go_onto_mujoco_warp(built):
+    import mujoco_warp
+    import warp as wp
+
+    for name in ("unitree-go1", "unitree-g1"):
+        robot = built(name)
+        with wp.ScopedDevice("cpu"):
+            assert mujoco_warp.put_model(robot.model).nu == robot.model.nu
