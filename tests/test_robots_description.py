@@ -202,9 +202,9 @@ def test_no_self_collisions_keep_every_collision_geom_on_the_floor(tmp_path):
 
 
 def test_terminating_bodies_resolve_by_pattern(tmp_path):
-    robot = build_robot(describe(write_biped(tmp_path), terminate_on_contact=("base", ".*_thigh")))
+    robot = build_robot(describe(write_biped(tmp_path), terminate_on_contact=(".*_thigh", "base", "left_.*")))
     names = [robot.model.body(b).name for b in robot.terminate_body_ids]
-    assert names == ["base", "left_thigh", "right_thigh"]
+    assert names == ["base", "left_thigh", "left_shin", "right_thigh"]  # each once, in the MJCF's order
 
 
 # --- bad input: one line naming the field ---------------------------------------------------------------------

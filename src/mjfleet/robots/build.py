@@ -20,7 +20,7 @@ from mjfleet.robots.match import (
     find_floor,
     free_joint_of,
     home_qpos,
-    matching,
+    terminating_bodies,
 )
 
 HOME_KEYFRAME = "home"
@@ -90,7 +90,7 @@ def build_robot(description: RobotDescription) -> BuiltRobot:
         raise UsageError(f"mjcf: {path.name} does not parse: {first_line(exc)}") from None
     check_files(spec, path, description.fetched)
     floor = find_floor(spec)
-    robot_collisions = collision_geoms(spec, floor)
+    robot_collisions = collision_geoms(spec)
     base = spec.body(description.base_body)
     if base is None:
         raise UsageError(f"base_body: no body named {description.base_body!r} in {path.name}")
@@ -103,12 +103,7 @@ def build_robot(description: RobotDescription) -> BuiltRobot:
             name="floor", type=mujoco.mjtGeom.mjGEOM_PLANE, size=[0, 0, 0.05], contype=1, conaffinity=1
         )
     _apply_collisions(spec, description, robot_collisions, [g for geoms in foot_geoms for g in geoms])
-    terminate = []
-    for pattern in description.terminate_on_contact:
-        bodies = matching(
-            pattern, [b.name for b in spec.bodies if b.name], "terminate_on_contact", "body", path.name
-        )
-        terminate += [spec.body(name) for name in bodies if spec.body(name) not in terminate]
+    terminate = terminating_bodies(spec, description, path.name)
 
     model = _compile(spec, path)
     names = tuple(joint_groups)
@@ -156,7 +151,7 @@ def build_robot(description: RobotDescription) -> BuiltRobot:
         foot_ids=tuple(f.id for f in feet),
         foot_body_ids=tuple((f if description.foot_kind == "body" else f.parent).id for f in feet),
         foot_geom_ids=tuple(tuple(g.id for g in geoms) for geoms in foot_geoms),
-        terminate_body_ids=tuple(b.id for b in terminate),
+        terminate_body_ids=tuple(model.body(name).id for name in terminate),
         floor_geom_id=floor_id,
     )
 

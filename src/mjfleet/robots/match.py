@@ -73,9 +73,20 @@ def find_floor(spec: mujoco.MjSpec):
     return None
 
 
-def collision_geoms(spec: mujoco.MjSpec, floor) -> list:
+def collision_geoms(spec: mujoco.MjSpec) -> list:
     """The robot's geoms that collide as the MJCF has them (contype or conaffinity set): not the world's."""
     return [g for g in spec.geoms if g.parent.name != "world" and (g.contype or g.conaffinity)]
+
+
+def terminating_bodies(spec: mujoco.MjSpec, description: RobotDescription, mjcf: str) -> list[str]:
+    """The bodies `terminate_on_contact`'s patterns name, each once, in the MJCF's order."""
+    names = [b.name for b in spec.bodies if b.name]
+    chosen = {
+        n
+        for p in description.terminate_on_contact
+        for n in matching(p, names, "terminate_on_contact", "body", mjcf)
+    }
+    return [name for name in names if name in chosen]
 
 
 def free_joint_of(base, mjcf: str) -> None:
