@@ -27,11 +27,21 @@ SECTIONS = [
     ("bench", "bench", ["--help"]),
     ("bench <Task> (here Cartpole-Balance)", "bench", ["Cartpole-Balance", "--help"]),
     ("plot", "plot", ["--help"]),
+    ("robots", "robots", ["--help"]),
+    ("robots fetch", "robots", ["fetch", "--help"]),
+    ("robots show", "robots", ["show", "--help"]),
 ]
 
 
 def _main(script: str):
-    module = {"train": "train", "play": "play", "tasks": "tasks", "bench": "bench", "plot": "plot"}[script]
+    module = {
+        "train": "train",
+        "play": "play",
+        "tasks": "tasks",
+        "bench": "bench",
+        "plot": "plot",
+        "robots": "robots",
+    }[script]
     return __import__(f"mjfleet.cli.{module}", fromlist=["main"]).main
 
 

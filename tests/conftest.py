@@ -14,7 +14,7 @@ os.environ.setdefault("WARP_CACHE_PATH", str(pathlib.Path(__file__).resolve().pa
 os.environ.setdefault("MJFLEET_WARP_VERBOSE", "")
 
 import warp as wp  # noqa: E402
-from helpers import CARTPOLE_EXPERIMENT, metrics, require_infrastructure, run_cli  # noqa: E402
+from helpers import CARTPOLE_EXPERIMENT, metrics, missing_infrastructure, require_infrastructure, run_cli  # noqa: E402
 
 wp.config.quiet = True
 wp.config.log_level = wp.LOG_WARNING
@@ -65,3 +65,21 @@ def cartpole_run(tmp_path_factory) -> TrainedRun:
     )  # fmt: skip
     (run_dir,) = (cwd / "logs" / CARTPOLE_EXPERIMENT).iterdir()
     return TrainedRun(cwd, run_dir, result, metrics(run_dir))
+
+
+@pytest.fixture(scope="session")
+def robot_cache(tmp_path_factory) -> pathlib.Path:
+    """A user cache ($MJFLEET_CACHE_DIR) holding every known robot, fetched once per test session by the real
+    `robots fetch` from the package index (infrastructure: where it cannot be reached the tests that need it
+    skip, and fail under CI)."""
+    from mjfleet.robots import ROBOTS
+
+    cache = tmp_path_factory.mktemp("robot_cache")
+    for name in ROBOTS:
+        result = run_cli("robots", "fetch", name, env={"MJFLEET_CACHE_DIR": str(cache)}, timeout=900)
+        if result.returncode != 0 and "could not download" in result.stderr:
+            missing_infrastructure(
+                f"`robots fetch {name}` could not reach the package index: {result.stderr.strip()}"
+            )
+        assert result.returncode == 0, result.stderr
+    return cache

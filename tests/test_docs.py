@@ -341,6 +341,15 @@ def _tasks(args: list[str]) -> None:
     main(args)
 
 
+def _robots(args: list[str]) -> None:
+    from mjfleet.cli.robots import parse_args
+
+    if "--help" in args or not args:
+        _expect_clean_exit(lambda: parse_args(args))
+        return
+    parse_args(args)  # names checked; nothing fetched: tests/test_robots_cli.py fetches for real
+
+
 def _pytest(args: list[str]) -> None:
     assert all(not a.startswith("-") or a in ("-m", "-q", "-x", "-k") for a in args), args
 
@@ -367,6 +376,7 @@ VALIDATORS = {
     "play": _play,
     "plot": _plot,
     "bench": _bench,
+    "robots": _robots,
     "pytest": _pytest,
     "python": _python,
     "ruff": _ruff,

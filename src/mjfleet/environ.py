@@ -1,9 +1,10 @@
-"""Environment variables set for a while, then restored."""
+"""Environment variables: set for a while, then restored; the user cache folder they choose."""
 
 from __future__ import annotations
 
 import contextlib
 import os
+import pathlib
 from collections.abc import Iterator
 
 
@@ -20,3 +21,11 @@ def environ_set(**values: str) -> Iterator[None]:
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
+
+
+def cache_dir() -> pathlib.Path:
+    """mjfleet's user cache: $MJFLEET_CACHE_DIR, else $XDG_CACHE_HOME/mjfleet, else ~/.cache/mjfleet."""
+    root = os.environ.get("MJFLEET_CACHE_DIR")
+    if root:
+        return pathlib.Path(root)
+    return pathlib.Path(os.environ.get("XDG_CACHE_HOME") or pathlib.Path.home() / ".cache") / "mjfleet"

@@ -20,6 +20,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from mjfleet.environ import cache_dir
+
 MIN_GAIN = 1.10
 """A doubling that gains less than 10% means throughput has stopped growing."""
 FLAT_DOUBLINGS = 2
@@ -31,13 +33,8 @@ CAP = {"cpu": 16384, "cuda": 131072}
 
 
 def cache_path() -> Path:
-    """$MJFLEET_CACHE_DIR, else $XDG_CACHE_HOME/mjfleet, else ~/.cache/mjfleet; the file bench_num_envs.json."""
-    root = os.environ.get("MJFLEET_CACHE_DIR")
-    if root:
-        base = Path(root)
-    else:
-        base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "mjfleet"
-    return base / "bench_num_envs.json"
+    """bench_num_envs.json in mjfleet's user cache (`mjfleet.environ.cache_dir`)."""
+    return cache_dir() / "bench_num_envs.json"
 
 
 def cache_key(task: str, device_name: str, threads: int, versions: dict[str, str], config: str = "") -> str:
