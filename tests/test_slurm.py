@@ -43,8 +43,7 @@ SMALL = [
     "--gpu-ids", "None", "--num-envs", "16", "--agent.num-steps-per-env", "8", "--seed", "5", "--threads", "1",
     "--agent.ppo.gradient-reducer", "all-gather",
 ]  # fmt: skip
-UV_TRAIN = ["uv", "run", "--frozen", "train"]
-"""`train` in the tests' own jobs, which run in the checkout: --frozen, so uv.lock is never locked anew."""
+UV_TRAIN = ["uv", "run", "--frozen", "train"]  # the tests' own jobs run in the checkout: never lock it anew
 TIMING = ("env_steps_per_s", "collect_time", "learn_time")
 JOB_TIMEOUT_S = 600
 
@@ -64,9 +63,8 @@ def cluster(tmp_path_factory):
 
 
 def _env(cluster: SlurmCluster) -> dict[str, str]:
-    # Jobs inherit this environment (sbatch --export=ALL): the cluster, the shared warp kernel cache, and
-    # UV_FROZEN, which makes the shipped script's `uv run train` (run unchanged) as frozen as UV_TRAIN: no test
-    # job locks the checkout's uv.lock anew; the venv is only checked against the lockfile as it is.
+    # Jobs inherit this environment (sbatch --export=ALL): the cluster, the shared warp kernel cache, and UV_FROZEN
+    # so that the shipped script's `uv run train`, run unchanged, is as frozen as UV_TRAIN in the checkout.
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "SBATCH_", "SRUN_"))}
     return {**env, **cluster.env(), "WARP_CACHE_PATH": os.environ["WARP_CACHE_PATH"], "UV_FROZEN": "1"}
 

