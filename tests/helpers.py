@@ -9,10 +9,13 @@ import pathlib
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Callable
-from typing import NoReturn
+from typing import NoReturn, TypeVar
 
 import pytest
+
+T = TypeVar("T")
 
 BIN = pathlib.Path(sys.executable).parent
 """The virtual environment's scripts: `train`, `play`, `tasks`, `plot`, `bench` as installed."""
@@ -196,6 +199,37 @@ def live_processes_in_session(sid: int) -> list[int]:
             if int(fields[3]) == sid and fields[0] != "Z":
                 found.append(int(entry))
     return found
+
+
+def poll(
+    probe: Callable[[], T], until: Callable[[T], bool] = bool, timeout: float = 30.0, every: float = 0.1
+) -> T:
+    """`probe()` every `every` s until `until` holds for its value or `timeout` s have passed; its last value
+    either way, for the test to assert on. On a shared machine how long something takes is not what a test checks:
+    it waits for the condition itself, with a deadline that only guards against a hang."""
+    deadline = time.monotonic() + timeout
+    while not until(value := probe()) and time.monotonic() < deadline:
+        time.sleep(every)
+    return value
+
+
+def assert_session_ends(sid: int, timeout: float = 30.0) -> None:
+    """Every process of session `sid` (a run started with its own session) is gone within `timeout` s; else the
+    test fails naming the survivors."""
+    left = poll(lambda: live_processes_in_session(sid), lambda pids: not pids, timeout)
+    survivors = []
+    for pid in left:
+        try:
+            command = (
+                pathlib.Path(f"/proc/{pid}/cmdline")
+                .read_bytes()
+                .replace(b"\0", b" ")
+                .decode(errors="replace")
+            )
+        except OSError:
+            command = "gone while being named"
+        survivors.append(f"{pid} ({command.strip()})")
+    assert not survivors, f"processes of the run outlived it by {timeout:.0f} s: " + "; ".join(survivors)
 
 
 def cartpole_runner(tmp_path: pathlib.Path, seed: int, episode_length_s: float = 0.3, logger: str = "none"):

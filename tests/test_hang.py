@@ -12,7 +12,7 @@ import time
 
 import psutil
 import pytest
-from helpers import BIN, TWO_CPU_WORKERS, iterations_in
+from helpers import BIN, TWO_CPU_WORKERS, iterations_in, poll
 from launch_helpers import within_no_hang_limit
 
 from mjfleet.fleet import liveness
@@ -133,10 +133,18 @@ def test_a_long_phase_keeps_beating_and_restores_what_came_before(beat_file, mon
     monkeypatch.setattr(liveness, "TICK_S", 0.05)
     liveness.beat("updating iteration 2")
     with liveness.ticking("evaluating after iteration 2"):
-        first = liveness.read_beat(beat_file, 1)
-        time.sleep(0.3)
-        later = liveness.read_beat(beat_file, 1, now=first.age_s + time.time())
-    assert later is not None and later.what == "evaluating after iteration 2" and later.age_s < 0.2
+        # Ages read against one fixed time: the beat's drops when it is rewritten. Only the ticker writes during
+        # the phase, so a younger beat is its tick; waited for, not timed (a busy machine may delay a tick).
+        at = time.time() + 1000
+        first = liveness.read_beat(beat_file, 1, now=at)
+        assert first is not None and first.what == "evaluating after iteration 2"
+        later = poll(
+            lambda: liveness.read_beat(beat_file, 1, now=at),
+            lambda b: b is not None and b.age_s < first.age_s,
+            10,
+        )
+    assert later is not None and later.what == "evaluating after iteration 2"
+    assert later.age_s < first.age_s, "no beat during the phase in 10 s"
     assert liveness.read_beat(beat_file, 1).what == "updating iteration 2"
 
 

@@ -1,7 +1,9 @@
 """Humanoid-Velocity-Flat and -Rough: layout, standing, the humanoid terms, terminations, training.
 
-One flat environment is built once and shared (the same model and sizes as tests/test_humanoid_model.py's
-Simulation, so warp compiles the humanoid's kernels once); the rough environment's tests are marked slow.
+Every test builds its own seeded flat environment: the tests write its state (poses, foot contacts, commands, a
+training iteration), and a shared one made each test's outcome depend on the ones before. Only the first build in a
+process loads warp's kernels (the same model and sizes as tests/test_humanoid_model.py's Simulation, so they are
+compiled once); each later one takes ~0.2 s on CPU. The rough environment's tests are marked slow.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ def _make(task: str) -> HumanoidEnv:
     return make_task_env(task, NUM_ENVS)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def flat() -> HumanoidEnv:
     return _make(FLAT)
 
@@ -36,7 +38,7 @@ def _stand_at_home(env: HumanoidEnv, command: tuple[float, float, float] = (0.0,
     env.sim.qpos.copy_(qpos)
     env.sim.qvel.zero_()
     env.sim.forward()
-    # The feet where this pose puts them: a step refreshes them after the physics, and this test may run first.
+    # The feet where this pose puts them: a step refreshes them after the physics, and this env has not stepped.
     env.foot_pos = env.sim.xpos[:, env._foot_bodies]
     env.episode_length_buf.zero_()
     env._push_steps.fill_(10**6)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import launch_helpers
 import pytest
-from helpers import live_processes_in_session
+from helpers import assert_session_ends, poll
 
 from mjfleet.errors import UsageError
 from mjfleet.fleet.context import WorkerContext, egl_device_id, seed_for
@@ -230,9 +230,9 @@ def test_sigterm_to_the_launcher_ends_every_process_it_started(tmp_path):
         worker_pids = [int(p.read_text()) for p in tmp_path.glob("rank*.pid")]
         launcher.send_signal(signal.SIGTERM)
         assert launcher.wait(timeout=30) == 128 + signal.SIGTERM
-        time.sleep(0.5)
-        assert live_processes_in_session(launcher.pid) == []
-        assert not any(_is_alive(pid) for pid in worker_pids)
+        assert_session_ends(launcher.pid)
+        alive = poll(lambda: [pid for pid in worker_pids if _is_alive(pid)], lambda pids: not pids)
+        assert not alive, f"workers {alive} outlived the launcher by 30 s"
     finally:
         if launcher.poll() is None:
             os.killpg(launcher.pid, signal.SIGKILL)

@@ -43,6 +43,7 @@ SMALL = [
     "--gpu-ids", "None", "--num-envs", "16", "--agent.num-steps-per-env", "8", "--seed", "5", "--threads", "1",
     "--agent.ppo.gradient-reducer", "all-gather",
 ]  # fmt: skip
+UV_TRAIN = ["uv", "run", "--frozen", "train"]  # the tests' own jobs run in the checkout: never lock it anew
 TIMING = ("env_steps_per_s", "collect_time", "learn_time")
 JOB_TIMEOUT_S = 600
 
@@ -62,9 +63,10 @@ def cluster(tmp_path_factory):
 
 
 def _env(cluster: SlurmCluster) -> dict[str, str]:
-    # Jobs inherit this environment (sbatch --export=ALL): the cluster, and the shared warp kernel cache.
+    # Jobs inherit this environment (sbatch --export=ALL): the cluster, the shared warp kernel cache, and UV_FROZEN
+    # so that the shipped script's `uv run train`, run unchanged, is as frozen as UV_TRAIN in the checkout.
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "SBATCH_", "SRUN_"))}
-    return {**env, **cluster.env(), "WARP_CACHE_PATH": os.environ["WARP_CACHE_PATH"]}
+    return {**env, **cluster.env(), "WARP_CACHE_PATH": os.environ["WARP_CACHE_PATH"], "UV_FROZEN": "1"}
 
 
 def _sbatch(cluster: SlurmCluster, out: pathlib.Path, *args: str) -> str:
@@ -189,7 +191,7 @@ def test_hosts_slurm_inside_an_allocation_trains_one_run_equal_to_two_cpu_worker
     cluster, reference, tmp_path
 ):
     out = tmp_path / "job.out"
-    train = " ".join(["uv", "run", "train", "Cartpole-Balance", *SMALL, "--cpu-workers", "2", "--hosts", "slurm",
+    train = " ".join([*UV_TRAIN, "Cartpole-Balance", *SMALL, "--cpu-workers", "2", "--hosts", "slurm",
                       "--max-iterations", "3", "--logs-root", str(tmp_path / "slurm")])  # fmt: skip
     job_id = _sbatch(cluster, out, "-n", "2", f"--wrap=exec {train}")
     reference.start()
@@ -236,7 +238,7 @@ def test_hosts_slurm_on_a_two_node_allocation_runs_one_worker_per_node_equal_to_
     # the run with "Read-only file system".
     _read_only_for([bed.sshd_pid("hostb"), cluster.procs["slurmd-hostb"].pid], logs)
     sessions = {host: _ssh_sessions(bed, host) for host in ("hosta", "hostb")}
-    train = " ".join(["uv", "run", "train", "Cartpole-Balance", *SMALL, "--hosts", "slurm", "--max-iterations", "3",
+    train = " ".join([*UV_TRAIN, "Cartpole-Balance", *SMALL, "--hosts", "slurm", "--max-iterations", "3",
                       "--logs-root", str(logs)])  # fmt: skip
     job_id = _sbatch(cluster, out, "--nodes", "2", "--ntasks-per-node", "1", f"--wrap=exec {train}")
     reference.start()
@@ -443,7 +445,7 @@ def test_a_two_node_cluster_stops_every_daemon_and_job_process_by_pid_even_when_
     a worker on each node): every process of the job, the Slurm daemons, the sshds and munged end, and the
     namespaces are deleted."""
     seen: dict[psutil.Process, tuple[str, str]] = {}  # (host, command line), while the job runs
-    train = " ".join(["uv", "run", "train", "Cartpole-Balance", *SMALL, "--hosts", "slurm", "--max-iterations",
+    train = " ".join([*UV_TRAIN, "Cartpole-Balance", *SMALL, "--hosts", "slurm", "--max-iterations",
                       "100000", "--logs-root", str(tmp_path / "logs")])  # fmt: skip
     with pytest.raises(RuntimeError, match="deliberate"), running_two_node_cluster(tmp_path) as (own, bed):
         inodes = bed.net_namespaces()

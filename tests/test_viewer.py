@@ -9,7 +9,7 @@ import time
 
 import numpy as np
 import pytest
-from helpers import needs_infrastructure
+from helpers import needs_infrastructure, poll
 
 BIN = pathlib.Path(sys.executable).parent
 
@@ -60,6 +60,11 @@ def screenshot(display: str, path: pathlib.Path) -> np.ndarray:
     return np.asarray(Image.open(path).convert("RGB"))
 
 
+def colours(image: np.ndarray) -> int:
+    """How many distinct colours a screenshot holds."""
+    return len(np.unique(image.reshape(-1, 3), axis=0))
+
+
 @NEEDS_X
 def test_viewer_shows_a_window_and_ends_with_the_episodes(display, tmp_path):
     # Cartpole-Swingup never terminates early: 2 environments x 1 episode of 4 s at real time keep the window up
@@ -82,17 +87,22 @@ def test_viewer_shows_a_window_and_ends_with_the_episodes(display, tmp_path):
         assert first.startswith("viewer: environment 1 of Cartpole-Swingup at 1x real time"), (
             first + proc.stderr.read() if proc.poll() is not None else first
         )
-        time.sleep(1.5)  # a few frames drawn
-        assert proc.poll() is None, "play ended before its 4 s of episodes"
-        image = screenshot(display, tmp_path / "screen.png")
+
+        def while_playing() -> np.ndarray:
+            assert proc.poll() is None, "play ended before its window showed a drawn scene"
+            return screenshot(display, tmp_path / "screen.png")
+
+        # The first frames take a while on a busy machine: look until the scene is drawn (a hang guard, no timing).
+        image = poll(
+            while_playing, lambda shot: colours(shot) > 50 and shot.std() > 10, timeout=60, every=0.2
+        )
         out, err = proc.communicate(timeout=120)
     finally:
         if proc.poll() is None:
             proc.kill()
     # Not blank: a drawn scene has many colours and varies across the window.
-    colours = np.unique(image.reshape(-1, 3), axis=0)
-    assert len(colours) > 50 and image.std() > 10, (
-        f"blank screen: {len(colours)} colours, std {image.std():.1f}"
+    assert colours(image) > 50 and image.std() > 10, (
+        f"blank screen after 60 s: {colours(image)} colours, std {image.std():.1f}"
     )
     assert proc.returncode == 0, err
     assert "over 2 episodes" in out and "eval written to" in out
