@@ -328,7 +328,8 @@ def _tensor_as_list(value: Any) -> Any:
         if not bool((value == value[0]).all()):
             raise ValueError("per-environment values differ: there is no one value to export")
         value = value[0]
-    # float32 as the shortest text that reads back exactly (0.9, not 0.8999999761581421)
     if value.dtype == torch.float32:
-        return value.numpy().astype(str).astype(float).tolist()
+        from mjfleet.runs.run_dir import float32_list
+
+        return float32_list(value)
     return value.tolist()

@@ -11,6 +11,8 @@ import dataclasses
 import math
 from typing import Any
 
+from mjfleet.runs.run_dir import float32_list
+
 
 def trained_commands(env, trained_cfg: dict[str, Any] | None) -> dict[str, Any]:
     """The command settings the policy learnt: the training run's where known, else `env`'s own."""
@@ -34,9 +36,10 @@ def deployment_rules(
     trained = trained_cfg or {}
     c = trained_commands(env, trained_cfg)
     qj, vj = env._qj, env._vj
-    default = [float(x) for x in env.default_joint_pos.cpu()]
-    lower = [float(x) for x in env.soft_joint_lower.cpu()]
-    upper = [float(x) for x in env.soft_joint_upper.cpu()]
+    # The env holds these in float32: written as the export writes every float32 (`float32_list`: 0.9, as in
+    # `actions.offset`, not 0.8999999761581421).
+    default = float32_list(env.default_joint_pos)
+    lower, upper = float32_list(env.soft_joint_lower), float32_list(env.soft_joint_upper)
     ev = cfg.events
     nq_joints = qj.stop - qj.start
     # qpos: x, y around the origin; z fixed; the quaternion comes from the heading draw; joints around the default.
