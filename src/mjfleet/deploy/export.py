@@ -31,6 +31,7 @@ from mjfleet.deploy.check import (
     check_torchscript,
     recurrent_state,
 )
+from mjfleet.deploy.metadata import FORMAT, write_onnx_metadata
 
 ONNX_OPSET = 18
 _MJCF_TEXT = "_mjcf_xml"
@@ -56,6 +57,7 @@ def policy_metadata(
     groups = actor_input_groups(actor, obs)
     cfg = getattr(env, "cfg", None)
     meta: dict[str, Any] = {
+        "format": FORMAT,
         "task": task,
         "input": {
             "name": "obs",
@@ -173,22 +175,6 @@ def _actuated_joints(mj_model) -> dict[str, Any]:
     return {"joint_names": joints, "stiffness": stiffness, "damping": damping}
 
 
-def _write_onnx_metadata(path: pathlib.Path, meta: dict[str, Any]) -> None:
-    """Each top-level entry of policy.json as a JSON string in the ONNX model's metadata_props, so that a
-    deployment holding only policy.onnx has them (onnx.load(path).metadata_props); the entries of `meta["mjlab"]`
-    as top-level plain strings instead, under mjlab's own keys and in its encoding."""
-    import onnx
-
-    model = onnx.load(str(path))
-    del model.metadata_props[:]
-    for key, value in meta.items():
-        if key != "mjlab":
-            model.metadata_props.add(key=key, value=json.dumps(value))
-    for key, value in (meta.get("mjlab") or {}).items():
-        model.metadata_props.add(key=key, value=value)
-    onnx.save(model, str(path))
-
-
 def export_policy(
     actor, obs: TensorDict, out_dir: str | os.PathLike, metadata: dict[str, Any], *, torchscript: bool = True
 ) -> dict[str, pathlib.Path]:
@@ -213,16 +199,14 @@ def export_policy(
             os.replace(tmp_file, out_dir / name)
         written["mjcf"] = out_dir / metadata["mjcf"]
 
-    onnx_path = out_dir / "policy.onnx"
+    # The ONNX graph and the TorchScript module are made and checked first, under temporary names: policy.json's
+    # `files`, `onnx` and `torchscript` entries come from them, and policy.onnx carries all of policy.json.
     tmp = out_dir / ".policy.tmp.onnx"
     _export_onnx(actor, tmp, state)
     max_diff = check_onnx(tmp, actor, obs) if state is None else check_recurrent_onnx(tmp, actor, obs)
     onnx_info = {"opset": ONNX_OPSET, "max_abs_diff_vs_torch": max_diff, "tolerance": ONNX_TOLERANCE}
-    _write_onnx_metadata(tmp, {**metadata, "onnx": onnx_info})
-    os.replace(tmp, onnx_path)
-    written["onnx"] = onnx_path
-
-    torchscript_diff = None
+    written["onnx"] = out_dir / "policy.onnx"
+    tmp_pt, torchscript_diff = out_dir / ".policy.tmp.pt", None
     if torchscript:
         try:
             scripted = _torchscript(actor, state is not None)
@@ -230,14 +214,9 @@ def export_policy(
                 torchscript_diff = check_torchscript(scripted, actor, obs)
             else:
                 torchscript_diff = check_recurrent_torchscript(scripted, actor, obs)
-            tmp_pt = out_dir / ".policy.tmp.pt"
             scripted.save(str(tmp_pt))
-            os.replace(tmp_pt, out_dir / "policy.pt")
             written["torchscript"] = out_dir / "policy.pt"
         except Exception as exc:  # noqa: BLE001 - TorchScript is a bonus; ONNX is the deliverable
-            (out_dir / "policy.pt").unlink(
-                missing_ok=True
-            )  # an older export's file must not pass for this one
             warnings.warn(f"TorchScript export skipped: {exc}", stacklevel=2)
 
     meta = dict(metadata)
@@ -247,6 +226,12 @@ def export_policy(
     meta["onnx"] = onnx_info
     if torchscript_diff is not None:
         meta["torchscript"] = {"max_abs_diff_vs_torch": torchscript_diff, "tolerance": ONNX_TOLERANCE}
+    write_onnx_metadata(tmp, meta)
+    os.replace(tmp, written["onnx"])
+    if "torchscript" in written:
+        os.replace(tmp_pt, written["torchscript"])
+    else:  # an older export's file must not pass for this one
+        (out_dir / "policy.pt").unlink(missing_ok=True)
     json_path = out_dir / "policy.json"
     tmp_json = out_dir / ".policy.tmp.json"
     tmp_json.write_text(json.dumps(meta, indent=2) + "\n")

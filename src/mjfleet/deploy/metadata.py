@@ -6,12 +6,15 @@ policy.onnx. docs/deploy.md defines every field; docs/coming-from-mjlab.md the m
 
 from __future__ import annotations
 
+import json
 import math
 import pathlib
 from typing import Any
 
 from mjfleet.deploy.check import ExportError
 
+FORMAT = 2
+"""policy.json's layout (its `format` entry; a file without one is format 1). docs/deploy.md lists what changed."""
 MJCF_FILE = "model.xml"
 MJLAB_KEYS = (
     "run_path",
@@ -165,3 +168,19 @@ def mjlab_metadata(meta: dict[str, Any], run_path: str) -> dict[str, str]:
         "observation_terms_clip": clip,
     }
     return {k: csv(v) if isinstance(v, list) else str(v) for k, v in values.items()}
+
+
+def write_onnx_metadata(path: pathlib.Path, meta: dict[str, Any]) -> None:
+    """Each top-level entry of policy.json (`meta`, all of it) as a JSON string in the ONNX model's metadata_props,
+    so that a deployment holding only policy.onnx reads the same (onnx.load(path).metadata_props); the entries of
+    `meta["mjlab"]` as top-level plain strings instead, under mjlab's own keys and in its encoding."""
+    import onnx
+
+    model = onnx.load(str(path))
+    del model.metadata_props[:]
+    for key, value in meta.items():
+        if key != "mjlab":
+            model.metadata_props.add(key=key, value=json.dumps(value))
+    for key, value in (meta.get("mjlab") or {}).items():
+        model.metadata_props.add(key=key, value=value)
+    onnx.save(model, str(path))
