@@ -114,6 +114,10 @@ def policy_metadata(
     meta["episode"] = {
         "max_steps": int(env.max_episode_length),
         "length_s": float(cfg.episode_length_s) if cfg is not None else None,
+        # After each step the first of these that holds ends the episode (MujocoVecEnv.step_op_by_op): a state that
+        # is not finite (cause "nan"), the task's terminations in order, then the step limit (a time-out only when
+        # nothing else ended the episode on that step).
+        "end_checks": ["non_finite_state", "terminations", "time_out"],
     }
     from mjfleet.deploy import metadata
     from mjfleet.runs.provenance import versions
@@ -123,6 +127,8 @@ def policy_metadata(
     rules = getattr(env, "deployment_rules", None)
     if callable(rules):  # the task states how its episodes run (reset, terminations, rewards, commands)
         deployment = rules(metadata.trained_env_cfg(extra.get("checkpoint")))
+        if deployment is not None:
+            metadata.rules_for_input(deployment, meta["input"]["terms"])
         if deployment is not None and deployment.get("commands"):
             fixed = metadata.evaluation_command(deployment["commands"], evaluation_command)
             deployment["evaluation_command"] = fixed

@@ -105,6 +105,26 @@ def trained_env_cfg(checkpoint: str | None) -> dict[str, Any] | None:
     return (state.get("infos") or {}).get("env_cfg")
 
 
+def rules_for_input(deployment: dict[str, Any], terms: list[dict[str, Any]]) -> dict[str, Any]:
+    """The task's rules (`deployment`) for this export's input `terms` (input.terms), so that each list says whose it
+    is: `observations` becomes exactly the input's sources, in input order; every other source the task names (the
+    quadruped's base_lin_vel under a `policy`-group input, which the rewards read) moves to `quantities`, which the
+    episode computes and the policy never sees; `observation_noise`'s groups become one entry per input term."""
+    sources = {source["name"]: source for source in deployment["observations"]}
+    names = list(dict.fromkeys(term["name"] for term in terms))
+    deployment["observations"] = [sources[name] for name in names if name in sources]
+    episode_only = [source for name, source in sources.items() if name not in names]
+    deployment["quantities"] = episode_only + (deployment.get("quantities") or [])
+    noise = deployment.get("observation_noise")
+    if noise is not None:
+        groups, exact = noise.pop("groups"), {"per_step": 0.0, "per_episode": 0.0}
+        noise["terms"] = [
+            {"name": t["name"], "group": t["group"], **groups.get(t["group"], {}).get(t["name"], exact)}
+            for t in terms
+        ]
+    return deployment
+
+
 def evaluation_command(
     commands: dict[str, Any] | None, command: tuple[float, ...] | list[float] | None
 ) -> dict[str, list[float]] | None:
