@@ -258,7 +258,9 @@ class Episode:
             a, b = d.contact.geom[: d.ncon].T
             one, two = rule["geoms1"], rule["geoms2"]
             return np.sum((np.isin(a, one) & np.isin(b, two)) | (np.isin(b, one) & np.isin(a, two)))
-        raise SystemExit(f"error: quantity kind {kind!r} is not implemented here ({rule['name']})")
+        # Any observation kind: a value the rewards read and the policy does not (policy.json format 2 lists it
+        # here, format 1 among the observations), e.g. the quadruped's base_lin_vel for a `policy`-group input.
+        return self.observe(rule)
 
     def observe(self, s: dict) -> np.ndarray:
         d, kind = self.d, s["kind"]

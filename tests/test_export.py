@@ -13,8 +13,8 @@ from mjfleet.tasks import task_names
 
 @pytest.fixture(scope="module")
 def quadruped_export(tmp_path_factory):
-    """(env, metadata_props of an exported Quadruped-Velocity-Flat policy) for an untrained actor, built with
-    play's settings (no observation noise, so observation columns can be checked by value)."""
+    """(env, metadata_props of an exported Quadruped-Velocity-Flat policy, the exported folder) for an untrained
+    actor, built with play's settings (no observation noise, so observation columns can be checked by value)."""
     from rsl_rl.models import MLPModel
 
     from mjfleet.deploy.export import export_policy, policy_metadata
@@ -34,11 +34,11 @@ def quadruped_export(tmp_path_factory):
     # mjfleet's keys are JSON strings; mjlab's (tested in test_sim2sim.py) are mjlab's comma-separated strings.
     props = {p.key: json.loads(p.value) for p in onnx.load(str(files["onnx"])).metadata_props
              if p.key not in MJLAB_KEYS}  # fmt: skip
-    return env, props
+    return env, props, out
 
 
 def test_observation_slices_name_every_column_of_the_input_once(quadruped_export):
-    env, props = quadruped_export
+    env, props, _ = quadruped_export
     terms = props["input"]["terms"]
     assert props["input"]["size"] == env.get_observations()["actor"].shape[1] == 48
     assert [t["start"] for t in terms] == [0] + [t["stop"] for t in terms[:-1]]  # contiguous, in order
@@ -49,7 +49,7 @@ def test_observation_slices_name_every_column_of_the_input_once(quadruped_export
 
 
 def test_observation_slices_point_at_the_columns_they_name(quadruped_export):
-    env, props = quadruped_export
+    env, props, _ = quadruped_export
     obs = env.get_observations()["actor"]
     column = {t["name"]: slice(t["start"], t["stop"]) for t in props["input"]["terms"]}
     joint_pos = env.sim.qpos[:, env._qj] - env.default_joint_pos
@@ -59,7 +59,7 @@ def test_observation_slices_point_at_the_columns_they_name(quadruped_export):
 
 
 def test_actions_carry_joint_names_default_pose_scale_offset_and_gains_of_the_model(quadruped_export):
-    env, props = quadruped_export
+    env, props, _ = quadruped_export
     model, actions = env.mj_model, props["actions"]
     assert actions["joint_names"] == [model.joint(model.actuator_trnid[i, 0]).name for i in range(model.nu)]
     home = model.key("home").qpos[7:].tolist()  # after the free joint's 7 coordinates
@@ -73,13 +73,55 @@ def test_actions_carry_joint_names_default_pose_scale_offset_and_gains_of_the_mo
 
 
 def test_control_rate_model_and_versions_are_recorded(quadruped_export):
-    env, props = quadruped_export
+    env, props, _ = quadruped_export
     model = env.mj_model
     assert props["control_rate_hz"] == pytest.approx(1.0 / (model.opt.timestep * env.cfg.decimation)) == 50.0
     assert props["model"] == {"name": "mjfleet_quadruped", "nq": model.nq, "nv": model.nv, "nu": model.nu,
                               "timestep": pytest.approx(0.005)}  # fmt: skip
     assert props["versions"]["mjfleet"] and props["versions"]["mujoco"]
     assert props["task"] == "Quadruped-Velocity-Flat" and props["iteration"] == 0
+
+
+def _onnx_and_json(folder):
+    """(policy.onnx's metadata as onnxruntime reads it, as a deployment's own code would; policy.json)."""
+    import onnxruntime as ort
+
+    session = ort.InferenceSession(str(folder / "policy.onnx"), providers=["CPUExecutionProvider"])
+    return session.get_modelmeta().custom_metadata_map, json.loads((folder / "policy.json").read_text())
+
+
+def _assert_onnx_carries_policy_json(folder):
+    props, meta = _onnx_and_json(folder)
+    mjlab = meta.pop("mjlab", None) or {}
+    assert {key: json.loads(value) for key, value in props.items() if key not in mjlab} == meta
+    assert {key: props[key] for key in mjlab} == mjlab  # mjlab's keys: its plain strings, at the top level
+
+
+def test_policy_onnx_carries_all_of_policy_json(quadruped_export):
+    _, _, folder = quadruped_export
+    props, meta = _onnx_and_json(folder)
+    assert {"files", "onnx", "torchscript", "deployment", "format"} <= props.keys()
+    assert meta["files"] == {"mjcf": "model.xml", "onnx": "policy.onnx", "torchscript": "policy.pt"}
+    _assert_onnx_carries_policy_json(folder)
+
+
+def test_a_recurrent_policys_onnx_carries_its_state_rule(tmp_path):
+    """The hidden state's inputs, outputs, shape and reset rule: what a deployment holding only policy.onnx needs
+    most, and what policy.json alone used to have."""
+    from rsl_rl.models import RNNModel
+    from tensordict import TensorDict
+
+    from mjfleet.deploy.export import export_policy
+
+    torch.manual_seed(0)
+    obs = TensorDict({"actor": torch.zeros(2, 3)}, batch_size=[2])
+    actor = RNNModel(obs, {"actor": ["actor"]}, "actor", 2, hidden_dims=[8], rnn_type="gru", rnn_hidden_dim=8)
+    export_policy(actor.eval(), obs, tmp_path, {"task": "a recurrent actor", "input": {"size": 3}})
+    props, meta = _onnx_and_json(tmp_path)
+    assert json.loads(props["state"]) == meta["state"]
+    assert meta["state"]["inputs"] == ["h_in"] and meta["state"]["outputs"] == ["h_out"]
+    assert meta["state"]["reset"].startswith("zeros at the start of every episode")
+    _assert_onnx_carries_policy_json(tmp_path)
 
 
 def test_observation_terms_that_do_not_add_up_to_the_group_are_an_error():

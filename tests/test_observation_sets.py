@@ -102,6 +102,40 @@ def test_ppo_trains_an_actor_on_the_deployable_set_and_exports_its_terms():
     assert [term["name"] for term in meta["input"]["terms"]] == list(DEPLOYABLE)
 
 
+@pytest.mark.parametrize("group", ["policy", "actor"])
+def test_an_exports_rules_tell_its_input_from_what_the_episode_alone_reads_and_state_the_training_noise(
+    group,
+):
+    """deployment.observations: exactly the input's terms; base_lin_vel, which the rewards read, is a quantity
+    where the input lacks it. observation_noise: training's half-ranges per input term, read from the training
+    config even when the export's env runs play's settings (no noise), the encoder offsets on `policy` alone."""
+    import dataclasses
+
+    from mjfleet.deploy.export import observation_slices
+    from mjfleet.deploy.metadata import rules_for_input
+
+    spec = get_task(TASK)
+    cfg = spec.play_env_config()
+    cfg.num_envs = 2
+    env = spec.make_env(cfg, "cpu")
+    trained = dataclasses.asdict(spec.env_config())
+    trained["noise"]["joint_pos_bias"] = 0.03  # not the default: it can only come from the training config
+    size = sum(size for _, size in env.observation_terms()[group])
+    terms = observation_slices(env, [{"name": group, "size": size}])
+    rules = rules_for_input(env.deployment_rules(trained), terms)
+    assert [source["name"] for source in rules["observations"]] == [term["name"] for term in terms]
+    quantities = [q["name"] for q in rules["quantities"]]
+    assert quantities == (["base_lin_vel"] if group == "policy" else [])
+    noise = {t["name"]: (t["per_step"], t["per_episode"]) for t in rules["observation_noise"]["terms"]}
+    assert (
+        list(noise) == [term["name"] for term in terms]
+        and rules["observation_noise"]["distribution"] == "uniform"
+    )
+    assert noise["joint_pos"] == (0.01, 0.03 if group == "policy" else 0.0)
+    assert noise["base_ang_vel"] == (0.2, 0.0) and noise["command"] == noise["actions"] == (0.0, 0.0)
+    assert noise.get("base_lin_vel") == (None if group == "policy" else (0.1, 0.0))
+
+
 def test_an_unknown_actor_group_is_a_usage_error():
     from mjfleet.errors import UsageError
 

@@ -152,7 +152,8 @@ def test_export_writes_an_onnx_policy_that_matches_torch(played):
     props = {
         k: json.loads(v) for k, v in raw.items() if k not in MJLAB_KEYS
     }  # mjlab's keys are plain strings
-    assert props == {k: v for k, v in meta.items() if k not in ("files", "torchscript", "mjlab")}
+    # all of policy.json, files and checks too
+    assert props == {k: v for k, v in meta.items() if k != "mjlab"}
     assert {k: raw[k] for k in MJLAB_KEYS} == meta["mjlab"]
 
     # Check it independently: a batch of observations through onnxruntime and through the checkpoint's policy.
@@ -363,7 +364,7 @@ def test_play_evaluates_the_quadruped_without_its_domain_randomisation_unless_tr
     spec = get_task("Quadruped-Velocity-Flat")
     _, flags = parse_args(["Quadruped-Velocity-Flat", "--num-envs", "2"])
     events, noise = flags.env.events, flags.env.noise
-    assert events.push_velocity == 0.0 and not noise.enabled
+    assert events.push_velocity == 0.0 and _noise_free(noise)
     assert events.foot_friction is None and events.added_trunk_mass is None  # the model's own
     flags.env.num_envs = 2
     env = spec.make_env(flags.env, "cpu")
@@ -385,10 +386,20 @@ def test_play_evaluates_the_quadruped_without_its_domain_randomisation_unless_tr
 
     _, trained = parse_args(["Quadruped-Velocity-Flat", "--train-env"])
     assert trained.env == spec.env_config()  # the training config, randomisation and all
-    assert trained.env.events.push_velocity > 0 and trained.env.noise.enabled
+    assert trained.env.events.push_velocity > 0 and trained.env.noise.joint_pos_bias == 0.02
     # --env.* flags change the play settings too (here: pushes back on, in play)
     _, pushed = parse_args(["Quadruped-Velocity-Flat", "--env.events.push-velocity", "0.3"])
-    assert pushed.env.events.push_velocity == 0.3 and not pushed.env.noise.enabled
+    assert pushed.env.events.push_velocity == 0.3 and _noise_free(pushed.env.noise)
+    # and one kind of noise alone: the other half-ranges stay 0
+    _, offsets = parse_args(["Quadruped-Velocity-Flat", "--env.noise.joint-pos-bias", "0.02"])
+    assert offsets.env.noise.joint_pos_bias == 0.02 and offsets.env.noise.lin_vel == 0.0
+
+
+def _noise_free(noise) -> bool:
+    """Every observation-noise half-range 0, encoder offsets included: what play's settings evaluate with."""
+    import dataclasses
+
+    return all(v == 0.0 for k, v in dataclasses.asdict(noise).items() if k != "enabled")
 
 
 @pytest.mark.parametrize("train_env", [False, True])
@@ -403,7 +414,9 @@ def test_eval_json_records_whether_play_or_training_env_settings_were_used(train
     printed = capsys.readouterr().out
     assert report["env_settings"] == ("train" if train_env else "play")
     assert report["env_cfg"]["events"]["push_velocity"] == (0.5 if train_env else 0.0)
-    assert report["env_cfg"]["noise"]["enabled"] == train_env
+    # The noise play ran with, as it ran (play: none, and the half-ranges say so)
+    assert report["env_cfg"]["noise"]["joint_pos_bias"] == (0.02 if train_env else 0.0)
+    assert report["env_cfg"]["noise"]["lin_vel"] == (0.1 if train_env else 0.0)
     assert ("play settings of Quadruped-Velocity-Flat:" in printed) != train_env
 
 
@@ -418,19 +431,16 @@ def test_the_play_settings_are_not_reported_as_differences_from_training(task, c
 
     spec = get_task(task)
     _, flags = parse_args([task])
-    assert flags.env.events.push_velocity == 0.0 and not flags.env.noise.enabled
+    assert flags.env.events.push_velocity == 0.0 and _noise_free(flags.env.noise)
     state = {"infos": {"task": spec.name, "env_cfg": dataclasses.asdict(spec.env_config())}}
     keys = _play_setting_keys(spec)
-    assert keys == {
-        "events.push_velocity",
-        "noise.enabled",
-        "events.foot_friction",
-        "events.added_trunk_mass",
-    }
+    noise = {f"noise.{k}" for k in ("lin_vel", "ang_vel", "gravity", "joint_pos", "joint_vel", "height_scan",
+                                   "joint_pos_bias")}  # fmt: skip
+    assert keys == {"events.push_velocity", "events.foot_friction", "events.added_trunk_mass", *noise}
     _notice_differences(spec.name, flags.env, state, on_purpose=keys)
     assert capsys.readouterr().out == ""
     _notice_differences(spec.name, flags.env, state)  # what the note would say without knowing them
-    assert "noise.enabled=False (trained: True)" in capsys.readouterr().out
+    assert "noise.lin_vel=0.0 (trained: 0.1)" in capsys.readouterr().out
 
 
 def test_an_export_that_cannot_be_made_is_one_line_and_exit_2_and_the_evaluation_is_kept(

@@ -11,7 +11,8 @@ comparisons are statistical: a Cartpole that balances earns nearly the same retu
 and the quadruped's tracking error and fall rate over the same number of episodes agree within 0.05 m/s and 5
 percentage points when the policy is the same (the slow test, which needs enough episodes for that).
 
-The humanoid's rules are checked step by step instead: from one shared state, every reward term's episode sum
+The humanoid (trained on the deployable `policy` group, so its tracking rewards read base_lin_vel from
+`deployment.quantities`, not from its input) has its rules checked step by step instead: from one shared state, every reward term's episode sum
 after each step and the step the episode ends agree to 1e-5 (measured: ~1e-6), also from states that only the
 humanoid's own terminations end. Its slow test asks what issue 46 asks of a deployment: over 64 episodes the mean
 return within 2% and the same number of falls, from a briefly trained policy that stands (no falls under play's
@@ -117,10 +118,21 @@ def quadruped(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def humanoid(tmp_path_factory):
+    """Trained on the deployable `policy` group: its input has no base_lin_vel, which its rewards read (from
+    deployment.quantities), and its training added encoder offsets (play's evaluation adds none)."""
     return trained_and_exported(
         tmp_path_factory,
         HUMANOID,
-        ["--num-envs", "16", "--agent.num-steps-per-env", "8", "--max-iterations", "2"],
+        [
+            "--num-envs",
+            "16",
+            "--agent.num-steps-per-env",
+            "8",
+            "--max-iterations",
+            "2",
+            "--agent.actor.obs-groups",
+            "policy",
+        ],  # fmt: skip
         ["--episodes", "2", "--num-envs", "2", "--command", *HUMANOID_COMMAND, "--env.episode-length-s", "1"],
     )
 
@@ -242,6 +254,20 @@ def test_humanoid_first_50_actions_agree_with_play_from_the_same_state(humanoid,
     got = dumped_actions(run_dir / "exported", state, 50, tmp_path)
     assert got.shape == expected.shape and len(got) >= 25, "the robot fell at once: too few steps compared"
     np.testing.assert_allclose(got, expected, atol=1e-4, rtol=0)
+
+
+def test_a_policy_group_export_lists_its_input_apart_from_what_its_rewards_read(humanoid):
+    """policy.json format 2: `deployment.observations` are the input's terms, in order; base_lin_vel (the tracking
+    rewards') is a quantity; the training noise is data, encoder offsets included."""
+    run_dir, _ = humanoid
+    meta = json.loads((run_dir / "exported" / "policy.json").read_text())
+    rules, terms = meta["deployment"], meta["input"]["terms"]
+    assert meta["format"] == 2 and meta["input"]["size"] == 78 and {t["group"] for t in terms} == {"policy"}
+    assert [source["name"] for source in rules["observations"]] == [t["name"] for t in terms]
+    assert "base_lin_vel" not in [t["name"] for t in terms]
+    assert [q["name"] for q in rules["quantities"] if q["kind"].startswith("free_joint")] == ["base_lin_vel"]
+    noise = {t["name"]: t for t in rules["observation_noise"]["terms"]}
+    assert noise["joint_pos"]["per_episode"] == 0.02 and noise["joint_pos"]["per_step"] == 0.01
 
 
 def test_humanoid_reward_terms_and_episode_end_agree_with_play_step_by_step(humanoid, tmp_path):

@@ -69,6 +69,7 @@ def evaluate(
     frame_sink: Callable[[], None] | None = None,
     video_length: int = 0,
     on_step: Callable[[], bool] | None = None,
+    start: Callable[[], Any] | None = None,
 ) -> dict[str, Any]:
     """Reset `env`, run `policy(obs) -> actions` until every environment finished ceil(episodes / num_envs)
     episodes, and summarise.
@@ -85,7 +86,8 @@ def evaluate(
     after each step of the evaluation (a live viewer); when it returns False the evaluation stops there and
     summarises the episodes finished so far. The policy is called under `torch.inference_mode`; a policy with a
     `reset` (a recurrent actor's hidden state) is reset with the environments and after each step for the
-    environments whose episode ended.
+    environments whose episode ended. `start()`, if given, is called after the reset and returns the observations
+    to begin from instead (it has put the environments in a state of its own: `play --initial-state`).
     """
     if episodes < 1:
         raise ValueError(f"episodes must be >= 1, got {episodes}")
@@ -109,6 +111,8 @@ def evaluate(
     reset = getattr(policy, "reset", None)
     with torch.inference_mode():
         obs, _ = env.reset()
+        if start is not None:
+            obs = start()
         if reset is not None:
             reset()
         stopped = on_step is not None and not on_step()

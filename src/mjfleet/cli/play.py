@@ -97,6 +97,15 @@ class PlayFlags:
     """LOW HIGH (e.g. 2.5 97.5): report these percentiles of every action the evaluated policy takes, in eval.json
     and as the `--agent.sac.action-low/high` flags that bound SAC's actions to them (docs/sac.md). With
     --stochastic, of the sampled actions."""
+    initial_state: str | None = None
+    """A file with the state every environment starts its first episode from (later episodes start from the task's
+    reset): .npz arrays or a .json object, `qpos` (nq values), `qvel` (nv) and optionally `command` (the task's
+    command, held until it is redrawn). Format: docs/deploy.md."""
+    dump_actions: str | None = None
+    """Write environment 0's first --dump-steps steps: the policy's input (policy.onnx's `obs`), its actions, qpos,
+    qvel and the step of the episode, as .npz arrays or .jsonl lines (docs/deploy.md). Needs a trained policy."""
+    dump_steps: int = 50
+    """Steps --dump-actions records (fewer when the evaluation ends first)."""
     train_env: bool = False
     """Evaluate with the training env settings. Default: the task's play settings where it has them (locomotion:
     no pushes, no observation noise, nominal friction and mass), so that play measures the policy, not the
@@ -158,6 +167,8 @@ def check_flags(flags: Any) -> None:
         low, high = flags.action_percentiles
         if not 0.0 <= low < high <= 100.0:
             raise UsageError(f"--action-percentiles needs 0 <= LOW < HIGH <= 100, got {low:g} {high:g}")
+    if flags.dump_steps < 1:
+        raise UsageError(f"--dump-steps must be >= 1, got {flags.dump_steps}")
     # The flags that choose a run's checkpoint; --pretrained and --agent each choose the policy instead.
     chooses_run = (
         flags.checkpoint is not None or flags.load_run is not None or flags.wandb_run_path is not None
@@ -169,6 +180,10 @@ def check_flags(flags: Any) -> None:
             )
         if flags.export:
             raise UsageError(f"--export needs a trained policy, not --agent {flags.policy}")
+        if flags.dump_actions:
+            raise UsageError(
+                f"--dump-actions records a trained policy's input and actions, not --agent {flags.policy}"
+            )
         if chooses_run or flags.pretrained:
             raise UsageError(
                 f"--agent {flags.policy} takes no --checkpoint/--load-run/--wandb-run-path/--pretrained"

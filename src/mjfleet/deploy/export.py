@@ -31,6 +31,7 @@ from mjfleet.deploy.check import (
     check_torchscript,
     recurrent_state,
 )
+from mjfleet.deploy.metadata import FORMAT, write_onnx_metadata
 
 ONNX_OPSET = 18
 _MJCF_TEXT = "_mjcf_xml"
@@ -56,6 +57,7 @@ def policy_metadata(
     groups = actor_input_groups(actor, obs)
     cfg = getattr(env, "cfg", None)
     meta: dict[str, Any] = {
+        "format": FORMAT,
         "task": task,
         "input": {
             "name": "obs",
@@ -112,6 +114,10 @@ def policy_metadata(
     meta["episode"] = {
         "max_steps": int(env.max_episode_length),
         "length_s": float(cfg.episode_length_s) if cfg is not None else None,
+        # After each step the first of these that holds ends the episode (MujocoVecEnv.step_op_by_op): a state that
+        # is not finite (cause "nan"), the task's terminations in order, then the step limit (a time-out only when
+        # nothing else ended the episode on that step).
+        "end_checks": ["non_finite_state", "terminations", "time_out"],
     }
     from mjfleet.deploy import metadata
     from mjfleet.runs.provenance import versions
@@ -121,6 +127,8 @@ def policy_metadata(
     rules = getattr(env, "deployment_rules", None)
     if callable(rules):  # the task states how its episodes run (reset, terminations, rewards, commands)
         deployment = rules(metadata.trained_env_cfg(extra.get("checkpoint")))
+        if deployment is not None:
+            metadata.rules_for_input(deployment, meta["input"]["terms"])
         if deployment is not None and deployment.get("commands"):
             fixed = metadata.evaluation_command(deployment["commands"], evaluation_command)
             deployment["evaluation_command"] = fixed
@@ -173,22 +181,6 @@ def _actuated_joints(mj_model) -> dict[str, Any]:
     return {"joint_names": joints, "stiffness": stiffness, "damping": damping}
 
 
-def _write_onnx_metadata(path: pathlib.Path, meta: dict[str, Any]) -> None:
-    """Each top-level entry of policy.json as a JSON string in the ONNX model's metadata_props, so that a
-    deployment holding only policy.onnx has them (onnx.load(path).metadata_props); the entries of `meta["mjlab"]`
-    as top-level plain strings instead, under mjlab's own keys and in its encoding."""
-    import onnx
-
-    model = onnx.load(str(path))
-    del model.metadata_props[:]
-    for key, value in meta.items():
-        if key != "mjlab":
-            model.metadata_props.add(key=key, value=json.dumps(value))
-    for key, value in (meta.get("mjlab") or {}).items():
-        model.metadata_props.add(key=key, value=value)
-    onnx.save(model, str(path))
-
-
 def export_policy(
     actor, obs: TensorDict, out_dir: str | os.PathLike, metadata: dict[str, Any], *, torchscript: bool = True
 ) -> dict[str, pathlib.Path]:
@@ -213,16 +205,14 @@ def export_policy(
             os.replace(tmp_file, out_dir / name)
         written["mjcf"] = out_dir / metadata["mjcf"]
 
-    onnx_path = out_dir / "policy.onnx"
+    # The ONNX graph and the TorchScript module are made and checked first, under temporary names: policy.json's
+    # `files`, `onnx` and `torchscript` entries come from them, and policy.onnx carries all of policy.json.
     tmp = out_dir / ".policy.tmp.onnx"
     _export_onnx(actor, tmp, state)
     max_diff = check_onnx(tmp, actor, obs) if state is None else check_recurrent_onnx(tmp, actor, obs)
     onnx_info = {"opset": ONNX_OPSET, "max_abs_diff_vs_torch": max_diff, "tolerance": ONNX_TOLERANCE}
-    _write_onnx_metadata(tmp, {**metadata, "onnx": onnx_info})
-    os.replace(tmp, onnx_path)
-    written["onnx"] = onnx_path
-
-    torchscript_diff = None
+    written["onnx"] = out_dir / "policy.onnx"
+    tmp_pt, torchscript_diff = out_dir / ".policy.tmp.pt", None
     if torchscript:
         try:
             scripted = _torchscript(actor, state is not None)
@@ -230,14 +220,9 @@ def export_policy(
                 torchscript_diff = check_torchscript(scripted, actor, obs)
             else:
                 torchscript_diff = check_recurrent_torchscript(scripted, actor, obs)
-            tmp_pt = out_dir / ".policy.tmp.pt"
             scripted.save(str(tmp_pt))
-            os.replace(tmp_pt, out_dir / "policy.pt")
             written["torchscript"] = out_dir / "policy.pt"
         except Exception as exc:  # noqa: BLE001 - TorchScript is a bonus; ONNX is the deliverable
-            (out_dir / "policy.pt").unlink(
-                missing_ok=True
-            )  # an older export's file must not pass for this one
             warnings.warn(f"TorchScript export skipped: {exc}", stacklevel=2)
 
     meta = dict(metadata)
@@ -247,6 +232,12 @@ def export_policy(
     meta["onnx"] = onnx_info
     if torchscript_diff is not None:
         meta["torchscript"] = {"max_abs_diff_vs_torch": torchscript_diff, "tolerance": ONNX_TOLERANCE}
+    write_onnx_metadata(tmp, meta)
+    os.replace(tmp, written["onnx"])
+    if "torchscript" in written:
+        os.replace(tmp_pt, written["torchscript"])
+    else:  # an older export's file must not pass for this one
+        (out_dir / "policy.pt").unlink(missing_ok=True)
     json_path = out_dir / "policy.json"
     tmp_json = out_dir / ".policy.tmp.json"
     tmp_json.write_text(json.dumps(meta, indent=2) + "\n")
@@ -328,7 +319,8 @@ def _tensor_as_list(value: Any) -> Any:
         if not bool((value == value[0]).all()):
             raise ValueError("per-environment values differ: there is no one value to export")
         value = value[0]
-    # float32 as the shortest text that reads back exactly (0.9, not 0.8999999761581421)
     if value.dtype == torch.float32:
-        return value.numpy().astype(str).astype(float).tolist()
+        from mjfleet.runs.run_dir import float32_list
+
+        return float32_list(value)
     return value.tolist()

@@ -6,12 +6,15 @@ policy.onnx. docs/deploy.md defines every field; docs/coming-from-mjlab.md the m
 
 from __future__ import annotations
 
+import json
 import math
 import pathlib
 from typing import Any
 
 from mjfleet.deploy.check import ExportError
 
+FORMAT = 2
+"""policy.json's layout (its `format` entry; a file without one is format 1). docs/deploy.md lists what changed."""
 MJCF_FILE = "model.xml"
 MJLAB_KEYS = (
     "run_path",
@@ -102,6 +105,26 @@ def trained_env_cfg(checkpoint: str | None) -> dict[str, Any] | None:
     return (state.get("infos") or {}).get("env_cfg")
 
 
+def rules_for_input(deployment: dict[str, Any], terms: list[dict[str, Any]]) -> dict[str, Any]:
+    """The task's rules (`deployment`) for this export's input `terms` (input.terms), so that each list says whose it
+    is: `observations` becomes exactly the input's sources, in input order; every other source the task names (the
+    quadruped's base_lin_vel under a `policy`-group input, which the rewards read) moves to `quantities`, which the
+    episode computes and the policy never sees; `observation_noise`'s groups become one entry per input term."""
+    sources = {source["name"]: source for source in deployment["observations"]}
+    names = list(dict.fromkeys(term["name"] for term in terms))
+    deployment["observations"] = [sources[name] for name in names if name in sources]
+    episode_only = [source for name, source in sources.items() if name not in names]
+    deployment["quantities"] = episode_only + (deployment.get("quantities") or [])
+    noise = deployment.get("observation_noise")
+    if noise is not None:
+        groups, exact = noise.pop("groups"), {"per_step": 0.0, "per_episode": 0.0}
+        noise["terms"] = [
+            {"name": t["name"], "group": t["group"], **groups.get(t["group"], {}).get(t["name"], exact)}
+            for t in terms
+        ]
+    return deployment
+
+
 def evaluation_command(
     commands: dict[str, Any] | None, command: tuple[float, ...] | list[float] | None
 ) -> dict[str, list[float]] | None:
@@ -165,3 +188,19 @@ def mjlab_metadata(meta: dict[str, Any], run_path: str) -> dict[str, str]:
         "observation_terms_clip": clip,
     }
     return {k: csv(v) if isinstance(v, list) else str(v) for k, v in values.items()}
+
+
+def write_onnx_metadata(path: pathlib.Path, meta: dict[str, Any]) -> None:
+    """Each top-level entry of policy.json (`meta`, all of it) as a JSON string in the ONNX model's metadata_props,
+    so that a deployment holding only policy.onnx reads the same (onnx.load(path).metadata_props); the entries of
+    `meta["mjlab"]` as top-level plain strings instead, under mjlab's own keys and in its encoding."""
+    import onnx
+
+    model = onnx.load(str(path))
+    del model.metadata_props[:]
+    for key, value in meta.items():
+        if key != "mjlab":
+            model.metadata_props.add(key=key, value=json.dumps(value))
+    for key, value in (meta.get("mjlab") or {}).items():
+        model.metadata_props.add(key=key, value=value)
+    onnx.save(model, str(path))

@@ -292,6 +292,16 @@ class MujocoVecEnv(VecEnv):
         self._obs = self._observation_dict()
         return self._obs, {}
 
+    def set_state(self, qpos: torch.Tensor, qvel: torch.Tensor) -> TensorDict:
+        """Put every environment in the state (qpos, qvel) and return its observations: freshly reset environments
+        then start their episode from it (`play --initial-state`). The task's own state (commands, counters, the
+        last action) is left as the reset made it."""
+        self.sim.qpos[:] = qpos
+        self.sim.qvel[:] = qvel
+        self.sim.forward()  # body poses, contacts and sensors of the new state, as a reset computes them
+        self._obs = self._observation_dict()
+        return self._obs
+
     # ------------------------------------------------------------- internals
     def _episode_log(self, dones: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(each reward term's episode sum and the time-out share, as means over the episodes that end in this

@@ -19,6 +19,14 @@ from mjfleet.play.settings import (
     play_setting_keys,
     print_play_settings,
 )
+from mjfleet.play.steps import (
+    InitialState,
+    StepDump,
+    check_dump_path,
+    check_fits,
+    read_initial_state,
+    start_from,
+)
 from mjfleet.runs.run_dir import atomic_write_text, to_plain
 
 DEFAULT_NUM_ENVS = 16
@@ -53,6 +61,9 @@ def play(task_name: str, flags: Any) -> dict[str, Any]:
         notice_differences(
             spec.name, env_cfg, source.state, fixed_command=flags.command is not None, on_purpose=play_keys
         )
+    # A deployer's files are read and checked before anything runs or is written (the model's sizes: below).
+    initial = read_initial_state(flags.initial_state) if flags.initial_state else None
+    dump_path = check_dump_path(flags.dump_actions) if flags.dump_actions else None
     output = writable_output(flags.output, source.out_dir)
 
     torch.manual_seed(agent_cfg.seed)
@@ -63,17 +74,23 @@ def play(task_name: str, flags: Any) -> dict[str, Any]:
         env = spec.make_env(env_cfg, device)
         obs = env.get_observations()
         actor = build_checkpoint_actor(source, obs, env, device, spec.name)
+        if initial is not None:
+            check_fits(initial, env, spec.name)
         act = act_fn(actor, flags, env)
-        recorder = None
+        recorder = dump = None
         if flags.action_percentiles is not None:
             from mjfleet.play.action_range import ActionRecorder
 
             act = recorder = ActionRecorder(act)
+        if dump_path is not None:
+            act = dump = StepDump(act, env, actor.obs_groups, flags.dump_steps)
         result, video, viewer = _evaluate(
-            env, act, flags, source, output.parent, spec.name, viewer_kind, device
+            env, act, flags, source, output.parent, spec.name, viewer_kind, device, initial
         )
+        if dump is not None and dump_path is not None:
+            dump.write(dump_path)
         baselines = (
-            _evaluate_baselines(spec, env_cfg, device, agent_cfg.seed, flags.episodes)
+            _evaluate_baselines(spec, env_cfg, device, agent_cfg.seed, flags.episodes, initial)
             if flags.baselines
             else None
         )
@@ -111,6 +128,8 @@ def play(task_name: str, flags: Any) -> dict[str, Any]:
         "viewer": viewer.summary or None,
         "exported": exported,
         "action_percentiles": recorder.percentiles(*flags.action_percentiles) if recorder else None,
+        "initial_state": flags.initial_state,
+        "dumped": {"path": str(dump_path), "steps": len(dump.rows)} if dump is not None else None,
         "env_cfg": to_plain(dataclasses.asdict(env_cfg)),
     }
     atomic_write_text(output, json.dumps(summary, indent=2) + "\n")
@@ -155,6 +174,7 @@ def _evaluate(
     task: str,
     viewer_kind: str | None,
     device: str,
+    initial: InitialState | None = None,
 ) -> tuple:
     """The evaluation of `act`, with the video and the viewer that `flags` ask for: (result, video, viewer)."""
     import torch
@@ -177,6 +197,7 @@ def _evaluate(
             frame_sink=video.write_frame if video is not None else None,
             video_length=flags.video_length,
             on_step=viewer.on_step,
+            start=(lambda: start_from(env, initial)) if initial is not None else None,
         )
     except BaseException:
         if video is not None:
@@ -191,9 +212,12 @@ def _evaluate(
     return result, video, viewer
 
 
-def _evaluate_baselines(spec: Any, env_cfg: Any, device: str, seed: int, episodes: int) -> dict[str, Any]:
+def _evaluate_baselines(
+    spec: Any, env_cfg: Any, device: str, seed: int, episodes: int, initial: InitialState | None = None
+) -> dict[str, Any]:
     """Zero and random actions, each in a fresh environment seeded as the first: the same per-environment physics
-    draws, pushes, initial states and commands (the random policy draws from a generator of its own)."""
+    draws, pushes, initial states (--initial-state's too) and commands (the random policy draws from a generator of
+    its own)."""
     import torch
 
     from mjfleet.evaluation import BASELINES, evaluate
@@ -204,5 +228,6 @@ def _evaluate_baselines(spec: Any, env_cfg: Any, device: str, seed: int, episode
         baseline_env = spec.make_env(env_cfg, device)
         policy = baseline_policy(name, baseline_env, seed)
         torch.manual_seed(seed)
-        baselines[name] = evaluate(baseline_env, policy, episodes)
+        start = (lambda e=baseline_env: start_from(e, initial)) if initial is not None else None
+        baselines[name] = evaluate(baseline_env, policy, episodes, start=start)
     return baselines

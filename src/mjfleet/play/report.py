@@ -56,6 +56,10 @@ def print_summary(summary: dict[str, Any], label: str, output: pathlib.Path) -> 
             f"exported: {pathlib.Path(exported['onnx']).parent} ({names}; ONNX matches torch to "
             f"{exported['max_abs_diff_vs_torch']:.1e})"
         )
+    if summary["dumped"]:
+        dumped = summary["dumped"]
+        start = f"from {summary['initial_state']}" if summary["initial_state"] else "from the task's reset"
+        print(f"dumped environment 0's first {dumped['steps']} steps ({start}) to {dumped['path']}")
     print(f"eval written to {output}")
 
 

@@ -102,6 +102,16 @@ def to_plain(value: Any, leaf: Callable[[Any], Any] | None = None) -> Any:
     return value if leaf is None else leaf(value)
 
 
+def float32_list(values: Any) -> list[float]:
+    """A float32 tensor (or array) as a list of Python floats, each the shortest decimal that reads back as the same
+    float32: 0.9, not 0.8999999761581421 (float(np.float32(0.9))). One convention for every number an export
+    writes, so that the same value never appears in two spellings."""
+    import numpy as np
+
+    array = values.detach().cpu().numpy() if hasattr(values, "detach") else np.asarray(values)
+    return array.astype(np.float32).astype(str).astype(float).tolist()
+
+
 def atomic_write_text(path: pathlib.Path, text: str) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(text)

@@ -31,8 +31,10 @@ _REWARDS = {
 
 
 def deployment_rules(env, trained_cfg: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The rules of a Cartpole episode, for the export's metadata (`trained_cfg` is unused: nothing is randomised)."""
+    """The rules of a Cartpole episode, for the export's metadata; `trained_cfg` (the training run's env config,
+    where known) gives the observation noise the policy was trained with."""
     cfg = env.cfg
+    noise = float((trained_cfg or {}).get("observation_noise", cfg.observation_noise))
     center = 3.141592653589793 if cfg.swingup else 0.0
     half = [cfg.init_position_range, cfg.init_angle_range]
     terminations = [
@@ -49,7 +51,11 @@ def deployment_rules(env, trained_cfg: dict[str, Any] | None = None) -> dict[str
         terminations = []
     return {
         "observations": [_SOURCES[name] | {"name": name} for name in _SOURCES],
-        "observation_noise": "off at deployment (training: Gaussian, std observation_noise)",
+        # What training added to the actor's input (a deployment adds none): Gaussian, this standard deviation.
+        "observation_noise": {
+            "distribution": "gaussian",
+            "groups": {"actor": {name: {"per_step": noise, "per_episode": 0.0} for name in _SOURCES}},
+        },
         "reset": {
             "qpos_uniform": [[-half[0], half[0]], [center - half[1], center + half[1]]],
             "qvel_uniform": [[-cfg.init_velocity_range, cfg.init_velocity_range]] * 2,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from mjfleet.runs.run_dir import float32_list
 from mjfleet.tasks.locomotion import deploy as locomotion
 
 
@@ -19,7 +20,9 @@ def deployment_rules(env, trained_cfg: dict[str, Any] | None = None) -> dict[str
     expression here (a term added to the recipe but not to these rules): the rules would misstate the reward."""
     cfg, m = env.cfg, env.mj_model
     qj = env._qj
-    default = [float(x) for x in env.default_joint_pos.cpu()]
+    default = float32_list(
+        env.default_joint_pos
+    )  # as the export writes float32 (0.9, not 0.8999999761581421)
     moving = f"(norm(command[0:2]) > {locomotion.trained_commands(env, trained_cfg)['min_speed']!r})"
 
     def deviation(joints) -> str:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 from mjfleet.envs import EnvConfig
 from mjfleet.rl import ActorConfig, AgentConfig, PolicyConfig, PPOConfig
@@ -179,11 +179,14 @@ def rough_config() -> LocomotionConfig:
 def play_settings(cfg: LocomotionConfig) -> None:
     """What `play` evaluates (unless --train-env): the policy on the nominal robot, not the domain randomisation
     that made it robust. No pushes, no observation noise, the model's own foot friction and trunk mass. Commands,
-    initial states and terrain stay as in training."""
+    initial states and terrain stay as in training.
+
+    The noise is off by its half-ranges, every one 0 (encoder offsets included), not by `noise.enabled`: eval.json's
+    env_cfg then states the noise play ran with, and an `--env.noise.*` flag adds just the noise it names."""
     cfg.events.push_velocity = 0.0
     cfg.events.foot_friction = None
     cfg.events.added_trunk_mass = None
-    cfg.noise.enabled = False
+    cfg.noise = NoiseConfig(**{f.name: 0.0 for f in fields(NoiseConfig) if f.name != "enabled"})
 
 
 def agent_config(experiment: str, hidden_dims: tuple[int, ...], max_iterations: int) -> AgentConfig:

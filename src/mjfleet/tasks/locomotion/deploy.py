@@ -11,6 +11,10 @@ import dataclasses
 import math
 from typing import Any
 
+from mjfleet.runs.run_dir import float32_list
+from mjfleet.tasks.locomotion.config import NoiseConfig
+from mjfleet.tasks.locomotion.mdp import observations
+
 
 def trained_commands(env, trained_cfg: dict[str, Any] | None) -> dict[str, Any]:
     """The command settings the policy learnt: the training run's where known, else `env`'s own."""
@@ -28,15 +32,16 @@ def deployment_rules(
     `trained_cfg` is the training run's env config (a dict, from the checkpoint) where known: its command ranges are
     the ones the policy learnt (not play's --command, which `policy_metadata` records apart as the evaluation
     command), and its randomisation ranges the ones a robustness check should stay within, even when the export
-    was made with play's settings. Where it is unknown, `env`'s own settings stand in.
+    was made with play's settings; so is its observation noise. Where it is unknown, `env`'s own settings stand in.
     """
     cfg, m = env.cfg, env.mj_model
     trained = trained_cfg or {}
     c = trained_commands(env, trained_cfg)
     qj, vj = env._qj, env._vj
-    default = [float(x) for x in env.default_joint_pos.cpu()]
-    lower = [float(x) for x in env.soft_joint_lower.cpu()]
-    upper = [float(x) for x in env.soft_joint_upper.cpu()]
+    # The env holds these in float32: written as the export writes every float32 (`float32_list`: 0.9, as in
+    # `actions.offset`, not 0.8999999761581421).
+    default = float32_list(env.default_joint_pos)
+    lower, upper = float32_list(env.soft_joint_lower), float32_list(env.soft_joint_upper)
     ev = cfg.events
     nq_joints = qj.stop - qj.start
     # qpos: x, y around the origin; z fixed; the quaternion comes from the heading draw; joints around the default.
@@ -66,6 +71,7 @@ def deployment_rules(
     }
     if not env.reward_weights.keys() <= rewards.keys():
         return None
+    noise = NoiseConfig(**{**dataclasses.asdict(cfg.noise), **(trained.get("noise") or {})})
     trained_events = trained.get("events") or {}
     friction = trained_events.get("foot_friction", ev.foot_friction)
     mass = trained_events.get("added_trunk_mass", ev.added_trunk_mass)
@@ -82,7 +88,8 @@ def deployment_rules(
             {"name": "joint_vel", "kind": "qvel", "index": list(range(vj.start, vj.stop))},
             {"name": "actions", "kind": "last_action"},
         ],
-        "observation_noise": "off at deployment (training: uniform, half-ranges in the env config's noise)",
+        # What training added to each term, by group (the export keeps its input's): a deployment adds none.
+        "observation_noise": {"distribution": "uniform", "groups": observations.noise_by_group(env, noise)},
         "reset": {
             "qpos_uniform": qpos_uniform,
             "qvel_uniform": qvel_uniform,

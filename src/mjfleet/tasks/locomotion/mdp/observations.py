@@ -16,10 +16,11 @@ import torch
 from mjfleet.tasks.locomotion.math import yaw_from_quat
 
 
-def proprio_terms(env) -> list[tuple[str, torch.Tensor, float]]:
+def proprio_terms(env, nz=None) -> list[tuple[str, torch.Tensor, float]]:
     """The proprioceptive observation terms in order: (name, value, the half-range of the uniform noise the actor
-    sees on it (0: exact)). The observations, their names and the noise vector are all built from this list."""
-    nz, qpos, qvel = env.cfg.noise, env.sim.qpos, env.sim.qvel
+    sees on it (0: exact)). The observations, their names and the noise vector are all built from this list.
+    `nz`: the noise settings whose half-ranges to give (default the env's own; an export states training's)."""
+    nz, qpos, qvel = nz or env.cfg.noise, env.sim.qpos, env.sim.qvel
     return [
         ("base_lin_vel", env.base_lin_vel, nz.lin_vel),
         ("base_ang_vel", env.base_ang_vel, nz.ang_vel),
@@ -35,13 +36,32 @@ DEPLOYABLE = ("base_ang_vel", "projected_gravity", "command", "joint_pos", "join
 """The proprioceptive terms a robot measures: the `policy` group, in this order."""
 
 
-def deployable_terms(env) -> list[tuple[str, torch.Tensor, float]]:
+def deployable_terms(env, nz=None) -> list[tuple[str, torch.Tensor, float]]:
     """The `policy` group's terms (name, value, noise half-range): the encoders' positions carry their offsets."""
-    terms = [term for term in proprio_terms(env) if term[0] in DEPLOYABLE]
+    terms = [term for term in proprio_terms(env, nz) if term[0] in DEPLOYABLE]
     return [
         (name, value + env.joint_pos_bias if name == "joint_pos" else value, noise)
         for name, value, noise in terms
     ]
+
+
+def noise_by_group(env, nz) -> dict[str, dict[str, dict[str, float]]]:
+    """The noise the actor-side groups' terms get under the noise settings `nz`, for an export's metadata:
+    {group: {term: {"per_step": half-range drawn at every step, "per_episode": half-range of an offset drawn at each
+    reset and held}}}, from the terms `compute_observations` uses. The critic's observations are exact."""
+
+    def noise(per_step: float, per_episode: float = 0.0) -> dict[str, float]:
+        on = bool(nz.enabled)
+        return {"per_step": float(per_step) if on else 0.0, "per_episode": float(per_episode) if on else 0.0}
+
+    actor = {name: noise(half) for name, _, half in proprio_terms(env, nz)}
+    if env.scan_points is not None and env.cfg.height_scan.in_actor:
+        actor["height_scan"] = noise(nz.height_scan)
+    policy = {  # the encoder offsets (draw_encoder_offsets) are the `policy` group's alone
+        name: noise(half, nz.joint_pos_bias if name == "joint_pos" else 0.0)
+        for name, _, half in deployable_terms(env, nz)
+    }
+    return {"actor": actor, "policy": policy}
 
 
 def privileged_terms(env) -> list[tuple[str, torch.Tensor]]:
