@@ -5,6 +5,7 @@ the real commands. No learning is claimed here: two iterations only show the tas
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 
@@ -13,8 +14,11 @@ import pytest
 import torch
 from helpers import assert_one_line_usage_error, run_cli
 
+from mjfleet.errors import UsageError
 from mjfleet.robots import ROBOTS, build_robot
+from mjfleet.robots.unitree_go1 import UNITREE_GO1
 from mjfleet.tasks import get_task
+from mjfleet.tasks.locomotion.described_config import velocity_flat_config
 
 TASK = "Go1-Velocity-Flat"
 NUM_ENVS = 4
@@ -116,3 +120,12 @@ def test_training_a_robot_that_is_not_fetched_says_how_to_fetch_it_and_writes_no
     )
     assert_one_line_usage_error(result, "uv run robots fetch unitree-go1")
     assert os.listdir(work) == [] and os.listdir(empty) == []
+
+
+def test_a_descriptions_reward_weights_override_the_tasks_by_term_name():
+    assert velocity_flat_config(UNITREE_GO1).rewards.feet_air_time == 0.0  # mjlab's Go1: no air-time reward
+    walker = dataclasses.replace(UNITREE_GO1, reward_weights={"feet_air_time": 0.5})
+    rewards = velocity_flat_config(walker).rewards
+    assert rewards.feet_air_time == 0.5 and rewards.track_lin_vel_xy == 2.0
+    with pytest.raises(UsageError, match="reward_weights air_time are no terms of the velocity task"):
+        velocity_flat_config(dataclasses.replace(UNITREE_GO1, reward_weights={"air_time": 0.5}))
