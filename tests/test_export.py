@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from mjfleet.deploy.metadata import MJLAB_KEYS
-from mjfleet.tasks import task_names
+from mjfleet.tasks import get_task, task_names
 
 
 @pytest.fixture(scope="module")
@@ -135,7 +135,9 @@ def test_observation_terms_that_do_not_add_up_to_the_group_are_an_error():
         "name": "extra", "group": "extra", "start": 4, "stop": 7}  # fmt: skip
 
 
-@pytest.mark.parametrize("task", task_names())
+# Described robots (Go1-, G1-Velocity-Flat) are left out: their models need fetched meshes, which the export does
+# not carry yet, and their tasks state no deployment rules yet (docs/robots.md, "Not built yet").
+@pytest.mark.parametrize("task", [name for name in task_names() if get_task(name).requires is None])
 def test_every_registered_task_exports_after_one_iteration_to_a_folder_that_deploys_on_its_own(
     task, tmp_path
 ):

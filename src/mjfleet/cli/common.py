@@ -169,4 +169,5 @@ def parse_task_command(
     else:
         flags = parse(on_cpu=False)
     apply_aliases(flags, sweeps)
+    spec.check_ready()
     return spec.name, flags

@@ -153,7 +153,7 @@ class RobotDescription:
     action_scale: float | None = None
     """One scale for every joint's action; None: ACTION_SCALE_FACTOR x effort limit / kp per joint."""
     reward_weights: Mapping[str, float] = dataclasses.field(default_factory=dict)
-    """Reward term name -> weight, for the velocity task (read by nothing yet)."""
+    """Reward term name -> weight, over the velocity task's own (tasks/locomotion/described_config.py)."""
 
     def __post_init__(self) -> None:
         for field in ("actuators", "feet", "foot_geoms", "terminate_on_contact"):

@@ -40,6 +40,14 @@ class TaskSpec:
     play_settings: Callable[[EnvConfig], None] | None = None
     """Changes `play` makes to the env config (in place) unless --train-env: evaluate the policy, not the domain
     randomisation (e.g. no pushes, no observation noise, nominal friction and mass). None: play as trained."""
+    requires: Callable[[], None] | None = None
+    """Raises a UsageError when the task cannot be built on this machine, saying what to do (e.g. a robot not
+    fetched yet): `train`, `play` and `bench` call it once their flags are parsed, before anything is written."""
+
+    def check_ready(self) -> None:
+        """`requires`, where the task has one."""
+        if self.requires is not None:
+            self.requires()
 
     def default_num_envs(self, device: str) -> int:
         return self.num_envs_gpu if str(device).startswith("cuda") else self.num_envs_cpu

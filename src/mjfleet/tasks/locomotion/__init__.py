@@ -1,8 +1,12 @@
-"""Quadruped-Velocity-Flat and Quadruped-Velocity-Rough: track commanded planar velocities with a Go1-class robot."""
+"""Quadruped-Velocity-Flat and Quadruped-Velocity-Rough: track commanded planar velocities with a Go1-class robot;
+Go1-Velocity-Flat and G1-Velocity-Flat: the same task for robots given as descriptions (mjfleet.robots)."""
 
+from functools import partial
 from typing import TYPE_CHECKING
 
 from mjfleet.lazy import lazy_exports
+from mjfleet.robots.unitree_g1 import UNITREE_G1
+from mjfleet.robots.unitree_go1 import UNITREE_GO1
 from mjfleet.tasks.locomotion.config import (
     CommandConfig,
     EventConfig,
@@ -15,6 +19,7 @@ from mjfleet.tasks.locomotion.config import (
     play_settings,
     rough_config,
 )
+from mjfleet.tasks.locomotion.described_config import check_fetched, velocity_flat_config
 from mjfleet.tasks.locomotion.terrain import HeightMap, Terrain, TerrainConfig
 from mjfleet.tasks.registry import TaskSpec, register
 
@@ -59,6 +64,41 @@ register(
         num_envs_cpu=256,
         num_envs_gpu=4096,
         play_settings=play_settings,
+    )
+)
+
+# Described robots (tasks/locomotion/described.py). Networks and PPO: mjlab 1.6.0's Go1 runner
+# (mjlab/tasks/velocity/config/go1/rl_cfg.py: 512-256-128 ELU, the same PPO settings as agent_config, 10,000
+# iterations) on GPU; on CPU the quadruped's smaller networks and 1500 iterations.
+register(
+    TaskSpec(
+        name="Go1-Velocity-Flat",
+        description="Unitree Go1 (`robots fetch unitree-go1`) tracks commanded (vx, vy, yaw rate) on flat ground; "
+        "mjlab 1.6's velocity settings where mjfleet has them.",
+        env_class="mjfleet.tasks.locomotion.described:Go1VelocityEnv",
+        # mjlab 1.6.0 go1 env_cfgs.py: foot_friction_slide (0.3, 1.5)
+        env_config=partial(velocity_flat_config, UNITREE_GO1, foot_friction=(0.3, 1.5)),
+        agent_config=lambda: agent_config("go1_velocity_flat", HIDDEN_DIMS, max_iterations=10_000),
+        agent_config_cpu=lambda: agent_config("go1_velocity_flat", CPU_HIDDEN_DIMS, max_iterations=1500),
+        num_envs_cpu=256,
+        num_envs_gpu=4096,
+        play_settings=play_settings,
+        requires=partial(check_fetched, UNITREE_GO1),
+    )
+)
+register(
+    TaskSpec(
+        name="G1-Velocity-Flat",
+        description="Unitree G1 (`robots fetch unitree-g1`, 29 joints) tracks commanded (vx, vy, yaw rate) on flat "
+        "ground; the Go1's task settings (no humanoid gait terms).",
+        env_class="mjfleet.tasks.locomotion.described:G1VelocityEnv",
+        env_config=partial(velocity_flat_config, UNITREE_G1),
+        agent_config=lambda: agent_config("g1_velocity_flat", HIDDEN_DIMS, max_iterations=10_000),
+        agent_config_cpu=lambda: agent_config("g1_velocity_flat", CPU_HIDDEN_DIMS, max_iterations=1500),
+        num_envs_cpu=256,
+        num_envs_gpu=4096,
+        play_settings=play_settings,
+        requires=partial(check_fetched, UNITREE_G1),
     )
 )
 

@@ -109,40 +109,10 @@ class LocomotionEnv(MujocoVecEnv):
     # ------------------------------------------------------------------ setup
     def setup(self) -> None:
         cfg, m, n, dev = self.cfg, self.mj_model, self.num_envs, self.device
-        if self.num_actions != len(self.joint_names):
-            raise ValueError(f"expected {len(self.joint_names)} actuators, the model has {self.num_actions}")
-
-        # Actuators drive the joints in order; their qpos/qvel entries are contiguous after the free joint.
-        joint_ids = [m.joint(name).id for name in self.joint_names]
-        if list(m.actuator_trnid[:, 0]) != joint_ids:
-            raise ValueError("actuators must drive the joints in the order " + ", ".join(self.joint_names))
-        qpos_adr, dof_adr = int(m.jnt_qposadr[joint_ids[0]]), int(m.jnt_dofadr[joint_ids[0]])
-        self._qj = slice(qpos_adr, qpos_adr + len(joint_ids))
-        self._vj = slice(dof_adr, dof_adr + len(joint_ids))
-        home = m.key("home")
-        self.default_joint_pos = torch.tensor(home.qpos[self._qj], dtype=torch.float32, device=dev)
-        joint_range = torch.tensor(m.jnt_range[joint_ids], dtype=torch.float32, device=dev)
-        self.joint_lower, self.joint_upper = joint_range[:, 0], joint_range[:, 1]
-        mid, half = joint_range.mean(dim=1), 0.5 * (joint_range[:, 1] - joint_range[:, 0])
+        self._setup_robot()
+        mid, half = 0.5 * (self.joint_lower + self.joint_upper), 0.5 * (self.joint_upper - self.joint_lower)
         self.soft_joint_lower = mid - cfg.soft_joint_limit * half
         self.soft_joint_upper = mid + cfg.soft_joint_limit * half
-        scale = torch.full((len(joint_ids),), cfg.action_scale, device=dev)
-        if cfg.scale_actions_by_servo:
-            torque_limit, kp = m.actuator_forcerange[:, 1], m.actuator_gainprm[:, 0]
-            if not m.actuator_forcelimited.all() or (kp <= 0).any():
-                raise ValueError("scale_actions_by_servo needs every servo to have a forcerange and kp > 0")
-            scale = scale * torch.tensor(torque_limit / kp, dtype=torch.float32, device=dev)
-        self.joint_action_scale = scale
-        """Per joint (rad per unit action): targets = default_joint_pos + joint_action_scale * action."""
-
-        self.trunk_geom = m.geom(self.base_contact_geoms[0]).id
-        self.base_geoms = torch.tensor([m.geom(g).id for g in self.base_contact_geoms], device=dev)
-        self.foot_geoms = [m.geom(f"{foot}_foot").id for foot in self.feet]
-        self.leg_geoms = torch.tensor([m.geom(g).id for g in self.undesired_contact_geoms], device=dev)
-        self.trunk_body = m.body(self.trunk).id
-        self._touch_adr = torch.tensor(
-            [int(m.sensor_adr[m.sensor(f"{foot}_foot_touch").id]) for foot in self.feet], device=dev
-        )
 
         # Zero-copy views of simulation state this task reads every step.
         self._actuator_force = self.sim.data_view("actuator_force")
@@ -189,6 +159,43 @@ class LocomotionEnv(MujocoVecEnv):
         events.randomize_physics(self)
         self._actor_noise = observations.actor_noise_scale(self)
         self._policy_noise = observations.actor_noise_scale(self, deployable=True)
+
+    def _setup_robot(self) -> None:
+        """The robot's facts, by the names in its model (the class attributes): joint slices, default pose, joint
+        limits, action scales, contact geoms, the trunk and the feet's touch sensors. A task whose robot comes
+        from a description sets the same attributes from it (tasks/locomotion/described.py)."""
+        cfg, m, dev = self.cfg, self.mj_model, self.device
+        if self.num_actions != len(self.joint_names):
+            raise ValueError(f"expected {len(self.joint_names)} actuators, the model has {self.num_actions}")
+
+        # Actuators drive the joints in order; their qpos/qvel entries are contiguous after the free joint.
+        joint_ids = [m.joint(name).id for name in self.joint_names]
+        if list(m.actuator_trnid[:, 0]) != joint_ids:
+            raise ValueError("actuators must drive the joints in the order " + ", ".join(self.joint_names))
+        qpos_adr, dof_adr = int(m.jnt_qposadr[joint_ids[0]]), int(m.jnt_dofadr[joint_ids[0]])
+        self._qj = slice(qpos_adr, qpos_adr + len(joint_ids))
+        self._vj = slice(dof_adr, dof_adr + len(joint_ids))
+        home = m.key("home")
+        self.default_joint_pos = torch.tensor(home.qpos[self._qj], dtype=torch.float32, device=dev)
+        joint_range = torch.tensor(m.jnt_range[joint_ids], dtype=torch.float32, device=dev)
+        self.joint_lower, self.joint_upper = joint_range[:, 0], joint_range[:, 1]
+        scale = torch.full((len(joint_ids),), cfg.action_scale, device=dev)
+        if cfg.scale_actions_by_servo:
+            torque_limit, kp = m.actuator_forcerange[:, 1], m.actuator_gainprm[:, 0]
+            if not m.actuator_forcelimited.all() or (kp <= 0).any():
+                raise ValueError("scale_actions_by_servo needs every servo to have a forcerange and kp > 0")
+            scale = scale * torch.tensor(torque_limit / kp, dtype=torch.float32, device=dev)
+        self.joint_action_scale = scale
+        """Per joint (rad per unit action): targets = default_joint_pos + joint_action_scale * action."""
+
+        self.trunk_geom = m.geom(self.base_contact_geoms[0]).id
+        self.base_geoms = torch.tensor([m.geom(g).id for g in self.base_contact_geoms], device=dev)
+        self.foot_geoms = [m.geom(f"{foot}_foot").id for foot in self.feet]
+        self.leg_geoms = torch.tensor([m.geom(g).id for g in self.undesired_contact_geoms], device=dev)
+        self.trunk_body = m.body(self.trunk).id
+        self._touch_adr = torch.tensor(
+            [int(m.sensor_adr[m.sensor(f"{foot}_foot_touch").id]) for foot in self.feet], device=dev
+        )
 
     def _setup_terrain(self) -> None:
         n, dev, tcfg = self.num_envs, self.device, self.cfg.terrain

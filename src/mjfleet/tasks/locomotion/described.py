@@ -1,0 +1,137 @@
+"""The velocity task for a robot given as a `RobotDescription` (mjfleet.robots): `LocomotionEnv` with its robot's
+model and facts taken from `build_robot`, not from names in mjfleet's own MJCF.
+
+A robot's task is one subclass naming its description (`robot = UNITREE_GO1`). What the description gives, the
+environment takes from the built robot: the model, the actuated joints (in actuator order), their default pose
+(the home keyframe) and per-joint action scales (target = default + scale x action), the base body (its mass is
+randomised), the feet (their collision geoms: contact, air time, friction randomisation) and the bodies whose
+contact with the ground ends an episode. The rewards, observations, commands, events and the other terminations are
+LocomotionEnv's. Contacts count against the floor only (a described robot may collide with itself), and a foot is
+in contact when one of its collision geoms touches the floor (as mjlab's feet_ground_contact sensor: found).
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import mujoco
+import numpy as np
+import torch
+
+from mjfleet.robots import BuiltRobot, RobotDescription, build_robot
+from mjfleet.robots.unitree_g1 import UNITREE_G1
+from mjfleet.robots.unitree_go1 import UNITREE_GO1
+from mjfleet.tasks.locomotion.env import LocomotionEnv
+
+PHYSICS = {
+    # mjlab 1.6.0 mjlab/tasks/velocity/velocity_env_cfg.py (make_velocity_env_cfg): sim.mujoco
+    "timestep": 0.005,
+    "iterations": 10,
+    "ls_iterations": 20,
+    "integrator": mujoco.mjtIntegrator.mjINT_IMPLICITFAST,  # mjlab/sim/sim.py MujocoCfg default
+    "solver": mujoco.mjtSolver.mjSOL_NEWTON,  # mjlab/sim/sim.py MujocoCfg default
+}
+"""Physics options set on every described robot's model (the MJCF's own <option> is overridden)."""
+NCONMAX = 64
+"""Contacts per world: a described robot may touch the floor with every collision geom (Go1: 29 geoms, boxes
+and capsules up to 4 and 2 contacts each) and itself; overflows are logged (Metrics/sim_overflow)."""
+NJMAX = 300
+"""Constraint rows per world (mjlab 1.6.0 mjlab/tasks/velocity/config/go1/env_cfgs.py, flat: sim.njmax 300)."""
+
+
+class RobotVelocityEnv(LocomotionEnv):
+    """Velocity tracking on flat ground for the robot `robot` describes (subclass and set it)."""
+
+    robot: ClassVar[RobotDescription]
+    physics: ClassVar[dict] = {}
+    """Physics options beyond PHYSICS for this robot (e.g. the friction cone)."""
+
+    def build_model(self) -> mujoco.MjModel:
+        if self.cfg.terrain.kind != "flat":
+            raise ValueError(f"{type(self).__name__} is flat-ground only (terrain.kind 'flat')")
+        self.terrain = None
+        self.built: BuiltRobot = build_robot(self.robot)
+        spec = self.built.spec
+        for name, value in {**PHYSICS, **self.physics}.items():
+            setattr(spec.option, name, value)
+        # The feet's friction wins against the floor's (MuJoCo takes the higher priority's), so that randomising it
+        # acts (as the quadruped's MJCF does; mjlab 1.6.0 go1_constants FULL_COLLISION: feet priority 1).
+        feet = {g for geoms in self.built.foot_geom_ids for g in geoms}
+        for geom in spec.geoms:
+            if geom.id in feet:
+                geom.priority = 1
+        self.mj_spec = spec
+        return spec.compile()
+
+    def simulation_sizes(self) -> dict:
+        return {"nconmax": NCONMAX, "njmax": NJMAX}
+
+    def _setup_robot(self) -> None:
+        b, m, dev = self.built, self.mj_model, self.device
+        nj = len(b.joint_names)
+        if self.num_actions != nj:
+            raise ValueError(
+                f"{b.mjcf.name} has {self.num_actions} actuators, the description drives {nj} joints"
+            )
+        qpos0, dof0 = int(b.qpos_adr[0]), int(b.dof_adr[0])
+        free = m.body_jntadr[b.base_body_id]
+        if m.nq != 7 + nj or qpos0 != 7 or m.jnt_qposadr[free] != 0 or (np.diff(b.qpos_adr) != 1).any():
+            # events.reset_robot_state writes qpos as (base position, orientation, joints)
+            raise ValueError(
+                f"{b.mjcf.name}: the velocity task needs the base's free joint, then the actuated joints"
+            )
+        self.joint_names = b.joint_names
+        self._qj, self._vj = slice(qpos0, qpos0 + nj), slice(dof0, dof0 + nj)
+        self.default_joint_pos = torch.tensor(b.default_joint_pos, dtype=torch.float32, device=dev)
+        joint_range = torch.tensor(m.jnt_range[[m.joint(n).id for n in b.joint_names]], dtype=torch.float32)
+        self.joint_lower, self.joint_upper = joint_range[:, 0].to(dev), joint_range[:, 1].to(dev)
+        self.joint_action_scale = torch.tensor(b.action_scale, dtype=torch.float32, device=dev)
+
+        self.feet = self.robot.feet
+        self.trunk_body = b.base_body_id
+        robot_geoms = [
+            g
+            for g in range(m.ngeom)
+            if m.geom_bodyid[g] != 0 and (m.geom_contype[g] or m.geom_conaffinity[g])
+        ]
+        foot_geoms = {g for geoms in b.foot_geom_ids for g in geoms}
+        self.foot_geoms = sorted(foot_geoms)
+        terminating = [g for g in robot_geoms if m.geom_bodyid[g] in b.terminate_body_ids]
+        self.base_geoms = torch.tensor(terminating, dtype=torch.long, device=dev)
+        # undesired_contacts: every collision geom of the robot but the feet's touching the floor
+        self.leg_geoms = torch.tensor(
+            [g for g in robot_geoms if g not in foot_geoms], dtype=torch.long, device=dev
+        )
+        # (foot, k) -> the foot's k-th collision geom, each foot's row padded with its first
+        width = max(len(geoms) for geoms in b.foot_geom_ids)
+        rows = [list(geoms) + [geoms[0]] * (width - len(geoms)) for geoms in b.foot_geom_ids]
+        self._foot_geom_table = torch.tensor(rows, dtype=torch.long, device=dev)
+
+    def _update_contacts(self) -> None:
+        """Contacts with the floor per (world, geom), from the pooled contact list; a foot touches the floor when
+        one of its collision geoms does."""
+        ngeom = self.mj_model.ngeom
+        geoms = self._contact_geom.long()
+        with_floor = (geoms == self.built.floor_geom_id).any(dim=1, keepdim=True)
+        index = torch.where(
+            (self._contact_slot < self._nacon) & with_floor,  # rows past nacon are stale
+            self._contact_world.long().unsqueeze(1) * ngeom + geoms,
+            self._stale_contact_index,
+        )
+        self._geom_contacts.zero_()
+        self._geom_contacts.index_add_(0, index.reshape(-1), self._ones)
+        torch.any(self.contact_counts[:, self._foot_geom_table] > 0, dim=2, out=self.foot_contact)
+
+
+class Go1VelocityEnv(RobotVelocityEnv):
+    """Go1-Velocity-Flat: the Unitree Go1 (`uv run robots fetch unitree-go1`)."""
+
+    robot = UNITREE_GO1
+    # mjlab 1.6.0 mjlab/tasks/velocity/config/go1/env_cfgs.py: sim.mujoco impratio 10, cone elliptic
+    physics = {"impratio": 10.0, "cone": mujoco.mjtCone.mjCONE_ELLIPTIC}
+
+
+class G1VelocityEnv(RobotVelocityEnv):
+    """G1-Velocity-Flat: the Unitree G1 (`uv run robots fetch unitree-g1`)."""
+
+    robot = UNITREE_G1
