@@ -69,9 +69,9 @@ def test_every_test_ci_names_exists_and_is_marked_slow_for_its_second_step():
     import re
 
     root = pathlib.Path(__file__).resolve().parents[1]
-    named = re.findall(r"(tests/[\w/]+\.py)(?:::(\w+))?", (root / ".ci" / "run").read_text())
+    named = re.findall(r"(tests/[\w/]+\.py)(?:::(\w+)(?:\[([\w-]+)\])?)?", (root / ".ci" / "run").read_text())
     assert len(named) >= 8, named
-    for path, name in named:
+    for path, name, param in named:
         assert (root / path).is_file(), f".ci/run names {path}, which does not exist"
         if name:
             tree = ast.parse((root / path).read_text())
@@ -80,4 +80,8 @@ def test_every_test_ci_names_exists_and_is_marked_slow_for_its_second_step():
             ]
             assert function is not None, f".ci/run names {path}::{name}, which does not exist"
             marks = [ast.unparse(d) for d in function.decorator_list]
-            assert "pytest.mark.slow" in marks, f"{path}::{name} is not marked slow: CI's `-m slow` skips it"
+            # a parametrized case may carry the mark itself: pytest.param("sac", marks=pytest.mark.slow)
+            case_marked = any(f"pytest.param('{param}', marks=pytest.mark.slow)" in m for m in marks if param)
+            assert "pytest.mark.slow" in marks or case_marked, (
+                f"{path}::{name} is not marked slow: CI's `-m slow` skips it"
+            )
