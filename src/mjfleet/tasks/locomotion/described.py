@@ -110,16 +110,8 @@ class RobotVelocityEnv(LocomotionEnv):
     def _update_contacts(self) -> None:
         """Contacts with the floor per (world, geom), from the pooled contact list; a foot touches the floor when
         one of its collision geoms does."""
-        ngeom = self.mj_model.ngeom
         geoms = self._contact_geom.long()
-        with_floor = (geoms == self.built.floor_geom_id).any(dim=1, keepdim=True)
-        index = torch.where(
-            (self._contact_slot < self._nacon) & with_floor,  # rows past nacon are stale
-            self._contact_world.long().unsqueeze(1) * ngeom + geoms,
-            self._stale_contact_index,
-        )
-        self._geom_contacts.zero_()
-        self._geom_contacts.index_add_(0, index.reshape(-1), self._ones)
+        self._count_geom_contacts(geoms, keep=(geoms == self.built.floor_geom_id).any(dim=1, keepdim=True))
         torch.any(self.contact_counts[:, self._foot_geom_table] > 0, dim=2, out=self.foot_contact)
 
 

@@ -240,16 +240,21 @@ class LocomotionEnv(MujocoVecEnv):
 
     def _update_contacts(self) -> None:
         """Contacts per (world, geom) from the pooled contact list, and foot contact from the touch sensors."""
-        ngeom = self.mj_model.ngeom
+        self._count_geom_contacts(self._contact_geom.long())
+        touch = self.sim.sensordata[:, self._touch_adr]
+        torch.gt(touch, self.cfg.foot_contact_force, out=self.foot_contact)
+
+    def _count_geom_contacts(self, geoms: torch.Tensor, keep: torch.Tensor | None = None) -> None:
+        """Contacts per (world, geom) into `contact_counts`, from the pooled contact list's (contact, 2) `geoms`;
+        `keep` (contact, 1) leaves out the rows it marks False."""
+        valid = self._contact_slot < self._nacon  # rows past nacon are stale
         index = torch.where(
-            self._contact_slot < self._nacon,  # rows past nacon are stale
-            self._contact_world.long().unsqueeze(1) * ngeom + self._contact_geom.long(),
+            valid if keep is None else valid & keep,
+            self._contact_world.long().unsqueeze(1) * self.mj_model.ngeom + geoms,
             self._stale_contact_index,
         )
         self._geom_contacts.zero_()
         self._geom_contacts.index_add_(0, index.reshape(-1), self._ones)
-        touch = self.sim.sensordata[:, self._touch_adr]
-        torch.gt(touch, self.cfg.foot_contact_force, out=self.foot_contact)
 
     def post_physics_step(self) -> None:
         cfg, dt = self.cfg, self.step_dt
