@@ -70,36 +70,42 @@ register(
 # Described robots (tasks/locomotion/described.py). Networks and PPO: mjlab 1.6.0's Go1 runner
 # (mjlab/tasks/velocity/config/go1/rl_cfg.py: 512-256-128 ELU, the same PPO settings as agent_config, 10,000
 # iterations) on GPU; on CPU the quadruped's smaller networks and 1500 iterations.
-register(
-    TaskSpec(
-        name="Go1-Velocity-Flat",
-        description="Unitree Go1 (`robots fetch unitree-go1`) tracks commanded (vx, vy, yaw rate) on flat ground; "
-        "mjlab 1.6's velocity settings where mjfleet has them.",
-        env_class="mjfleet.tasks.locomotion.described:Go1VelocityEnv",
-        # mjlab 1.6.0 go1 env_cfgs.py: foot_friction_slide (0.3, 1.5)
-        env_config=partial(velocity_flat_config, UNITREE_GO1, foot_friction=(0.3, 1.5)),
-        agent_config=lambda: agent_config("go1_velocity_flat", HIDDEN_DIMS, max_iterations=10_000),
-        agent_config_cpu=lambda: agent_config("go1_velocity_flat", CPU_HIDDEN_DIMS, max_iterations=1500),
-        num_envs_cpu=256,
-        num_envs_gpu=4096,
-        play_settings=play_settings,
-        requires=partial(check_fetched, UNITREE_GO1),
+
+
+def register_described(name: str, robot, env_class: str, description: str, **config) -> None:
+    """The flat velocity task of a described robot (`robot`, a RobotDescription), with the settings above;
+    `config` goes to velocity_flat_config."""
+    experiment = name.lower().replace("-", "_")
+    register(
+        TaskSpec(
+            name=name,
+            description=description,
+            env_class=f"mjfleet.tasks.locomotion.described:{env_class}",
+            env_config=partial(velocity_flat_config, robot, **config),
+            agent_config=lambda: agent_config(experiment, HIDDEN_DIMS, max_iterations=10_000),
+            agent_config_cpu=lambda: agent_config(experiment, CPU_HIDDEN_DIMS, max_iterations=1500),
+            num_envs_cpu=256,
+            num_envs_gpu=4096,
+            play_settings=play_settings,
+            requires=partial(check_fetched, robot),
+        )
     )
+
+
+register_described(
+    "Go1-Velocity-Flat",
+    UNITREE_GO1,
+    "Go1VelocityEnv",
+    "Unitree Go1 (`robots fetch unitree-go1`) tracks commanded (vx, vy, yaw rate) on flat ground; "
+    "mjlab 1.6's velocity settings where mjfleet has them.",
+    foot_friction=(0.3, 1.5),  # mjlab 1.6.0 go1 env_cfgs.py: foot_friction_slide (0.3, 1.5)
 )
-register(
-    TaskSpec(
-        name="G1-Velocity-Flat",
-        description="Unitree G1 (`robots fetch unitree-g1`, 29 joints) tracks commanded (vx, vy, yaw rate) on flat "
-        "ground; the Go1's task settings (no humanoid gait terms).",
-        env_class="mjfleet.tasks.locomotion.described:G1VelocityEnv",
-        env_config=partial(velocity_flat_config, UNITREE_G1),
-        agent_config=lambda: agent_config("g1_velocity_flat", HIDDEN_DIMS, max_iterations=10_000),
-        agent_config_cpu=lambda: agent_config("g1_velocity_flat", CPU_HIDDEN_DIMS, max_iterations=1500),
-        num_envs_cpu=256,
-        num_envs_gpu=4096,
-        play_settings=play_settings,
-        requires=partial(check_fetched, UNITREE_G1),
-    )
+register_described(
+    "G1-Velocity-Flat",
+    UNITREE_G1,
+    "G1VelocityEnv",
+    "Unitree G1 (`robots fetch unitree-g1`, 29 joints) tracks commanded (vx, vy, yaw rate) on flat ground; the "
+    "Go1's task settings (no humanoid gait terms).",
 )
 
 __getattr__ = lazy_exports(__name__, {"LocomotionEnv": ENV_CLASS})
