@@ -150,14 +150,14 @@ class StepDump:
 
     def write(self, path: pathlib.Path) -> None:
         """The recorded steps to `path` (.npz or .jsonl), replaced whole."""
-        tmp = path.with_name(f".{path.name}.tmp")
+        from mjfleet.runs.run_dir import atomic_write_text, float32_list
+
         if path.suffix == ".npz":
+            tmp = path.with_name(f".{path.name}.tmp")
             with tmp.open("wb") as f:
                 np.savez(f, **{key: np.array([row[key] for row in self.rows]) for key in self.rows[0]})
-        else:
-            from mjfleet.runs.run_dir import float32_list  # each float32 as the shortest text that reads back
-
+            tmp.replace(path)
+        else:  # each float32 as the shortest text that reads back
             lines = [json.dumps({k: float32_list(v) if isinstance(v, np.ndarray) else v for k, v in row.items()})
                      for row in self.rows]  # fmt: skip
-            tmp.write_text("".join(line + "\n" for line in lines))
-        tmp.replace(path)
+            atomic_write_text(path, "".join(line + "\n" for line in lines))
