@@ -1,9 +1,11 @@
 """Slurm clusters for tests: munged, slurmctld and slurmd from Debian's slurm-wlm and munge packages, configured
-and run entirely under one temporary directory, started and stopped by pid.
+and run under one temporary directory, started and stopped by pid.
 
-Nothing system-wide is used or changed: the munge key, socket and seed, Slurm's state, spool, logs and pid files all
-live under the directory. Clients find the cluster through ``SLURM_CONF`` (see :meth:`SlurmCluster.env`). Needs root
-(SlurmUser=root, and slurmd starts jobs as their user), no cgroups (proctrack/linuxproc, task/none).
+Nothing system-wide is used or changed: the munge key and seed, Slurm's state, logs and pid files all live under
+the directory; the Unix sockets (munge's, and the slurmd spool that holds the job steps') in a short temporary
+directory of their own, removed with the cluster. Clients find the cluster through ``SLURM_CONF`` (see
+:meth:`SlurmCluster.env`). Needs root (SlurmUser=root, and slurmd starts jobs as their user), no cgroups
+(proctrack/linuxproc, task/none).
 
 - One node (:func:`running_cluster`): the daemons talk over loopback (the node's address is 127.0.0.1) on ports
   picked free.
@@ -27,6 +29,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator
 
@@ -85,7 +88,11 @@ class SlurmCluster:
     ) -> None:
         self.root = pathlib.Path(root).resolve()
         self.conf = self.root / "slurm.conf"
-        self.munge_socket = self.root / "munge" / "munge.socket"
+        # Unix socket paths (munge's, slurmstepd's <spool>/<node>_<job>.<step>) may not exceed 108 bytes, and a
+        # test's tmp_path can come close on its own (pytest-xdist adds popen-gw<N>/ to it): the sockets live in a
+        # short directory of their own, removed by stop().
+        self.sockets = pathlib.Path(tempfile.mkdtemp(prefix="mjs-"))
+        self.munge_socket = self.sockets / "munge" / "munge.socket"
         self.nodes = nodes or [(socket.gethostname().split(".")[0], "127.0.0.1")]
         self.controller = controller or self.nodes[0]
         self.node = self.nodes[0][0]
@@ -107,9 +114,12 @@ class SlurmCluster:
         return path.read_text(errors="replace") if path.exists() else ""
 
     def write_config(self) -> None:
-        for sub in ("munge", "state", "log", "run", *(f"spool/{name}" for name, _ in self.nodes)):
+        for sub in ("munge", "state", "log", "run"):
             (self.root / sub).mkdir(parents=True, exist_ok=True)
+        for sub in ("munge", *(f"spool/{name}" for name, _ in self.nodes)):
+            (self.sockets / sub).mkdir(parents=True, exist_ok=True)
         os.chmod(self.root / "munge", 0o700)
+        os.chmod(self.sockets / "munge", 0o700)
         r = self.root
         self.conf.write_text(
             "\n".join(
@@ -126,7 +136,7 @@ class SlurmCluster:
                     f"AuthInfo=socket={self.munge_socket}",
                     f"StateSaveLocation={r}/state",
                     # %n: the node's name, so that several slurmds on one machine keep apart.
-                    f"SlurmdSpoolDir={r}/spool/%n",
+                    f"SlurmdSpoolDir={self.sockets}/spool/%n",
                     f"SlurmctldPidFile={r}/run/slurmctld.pid",
                     f"SlurmdPidFile={r}/run/slurmd-%n.pid",
                     f"SlurmctldLogFile={r}/log/slurmctld.log",
@@ -210,6 +220,7 @@ class SlurmCluster:
                 except subprocess.TimeoutExpired:
                     proc.kill()
                     proc.wait()
+        shutil.rmtree(self.sockets, ignore_errors=True)
 
     def _spawn(self, name: str, argv: list[str]) -> None:
         out = open(self.root / "log" / f"{name}.stdout", "ab")  # noqa: SIM115 - owned by the child
@@ -404,6 +415,7 @@ def _main(argv: list[str]) -> int:
             raise
         started = "".join(f"{proc.pid}\n" for proc in cluster.procs.values())
         (root / "run" / "started").write_text(started)
+        (root / "run" / "sockets").write_text(str(cluster.sockets))
         print(f"export SLURM_CONF={cluster.conf}")
         return 0
     pid_file = root / "run" / "started"
@@ -412,6 +424,10 @@ def _main(argv: list[str]) -> int:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(int(pid), signal.SIGTERM)
         pid_file.unlink()
+    sockets = root / "run" / "sockets"
+    if sockets.exists():
+        shutil.rmtree(sockets.read_text().strip(), ignore_errors=True)
+        sockets.unlink()
     return 0
 
 
