@@ -52,6 +52,7 @@ ROBOT = RobotDescription(
     foot_geoms=("[FR][LR]_foot_collision",),  # the foot spheres (go1_constants: _foot_regex)
     terminate_on_contact=(".*_thigh",),  # a thigh on the ground ends the episode
     collisions="all",  # go1_constants: FULL_COLLISION
-    # go1 env_cfgs: sim.mujoco impratio 10 and elliptic friction cones
-    physics={"cone": mujoco.mjtCone.mjCONE_ELLIPTIC, "impratio": 10.0},
+    # go1 env_cfgs: sim.mujoco impratio 10 and elliptic friction cones; 50 line search iterations (mjlab: 20),
+    # which MuJoCo C needs with elliptic cones to take the step MuJoCo-Warp takes (tasks/locomotion/described.py)
+    physics={"cone": mujoco.mjtCone.mjCONE_ELLIPTIC, "impratio": 10.0, "ls_iterations": 50},
 )

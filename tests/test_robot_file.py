@@ -37,6 +37,7 @@ def description(**fields) -> str:
     return "ROBOT = RobotDescription(" + ", ".join(f"{k}={v}" for k, v in values.items()) + ")\n"
 
 
+@pytest.mark.slow  # about 100 s on 2 cores; CI's second step runs it (.ci/run)
 def test_the_example_trains_on_two_workers_that_load_the_file_then_plays_and_exports(robot_cache, tmp_path):
     """Two CPU workers (separate processes) find the robot through the job, as they find plug-in tasks; the run's
     experiment is named after the robot, and play finds it with the same --robot."""

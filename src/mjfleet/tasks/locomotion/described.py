@@ -138,8 +138,11 @@ class Go1VelocityEnv(RobotVelocityEnv):
     """Go1-Velocity-Flat: the Unitree Go1 (`uv run robots fetch unitree-go1`)."""
 
     robot = UNITREE_GO1
-    # mjlab 1.6.0 mjlab/tasks/velocity/config/go1/env_cfgs.py: sim.mujoco impratio 10, cone elliptic
-    physics = {"impratio": 10.0, "cone": mujoco.mjtCone.mjCONE_ELLIPTIC}
+    # mjlab 1.6.0 mjlab/tasks/velocity/config/go1/env_cfgs.py: sim.mujoco impratio 10, cone elliptic. Line search
+    # iterations 50, not mjlab's 20: with elliptic cones MuJoCo C's line search stopped at 20 short of the step
+    # MuJoCo-Warp's found as the feet landed (2026-11-28, tests/test_described_sim2sim.py: 1.6 cm apart in one
+    # policy step), so an export ran another robot; with 50 both agree. Warp's search ends as it converges.
+    physics = {"impratio": 10.0, "cone": mujoco.mjtCone.mjCONE_ELLIPTIC, "ls_iterations": 50}
 
 
 class G1VelocityEnv(RobotVelocityEnv):
