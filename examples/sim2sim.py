@@ -198,7 +198,7 @@ class Episode:
         self.draw_commands()
         self.last_xy: dict[str, np.ndarray] = {}  # body_speed_xy's positions at the previous policy step
         if self.foot:
-            n = len(self.foot["touch_sensor_adr"])
+            n = len(self.foot.get("touch_sensor_adr") or self.foot["geoms"])
             self.air_time, self.touchdown_air_time = np.zeros(n), np.zeros(n)
             self.foot_contact, self.last_contact, self.first_contact = (np.zeros(n, bool) for _ in range(3))
         if self.push:
@@ -254,6 +254,8 @@ class Episode:
             if self.length <= 1 or last is None:
                 return np.zeros(len(xy))
             return np.linalg.norm((xy - last) / self.x.step_dt, axis=1)
+        if kind == "geoms_touching":
+            return self.touching(rule["with_geoms"])
         if kind == "contacts_between":
             a, b = d.contact.geom[: d.ncon].T
             one, two = rule["geoms1"], rule["geoms2"]
@@ -261,6 +263,14 @@ class Episode:
         # Any observation kind: a value the rewards read and the policy does not (policy.json format 2 lists it
         # here, format 1 among the observations), e.g. the quadruped's base_lin_vel for a `policy`-group input.
         return self.observe(rule)
+
+    def touching(self, others: list[int]) -> np.ndarray:
+        """Per geom id: in a contact of `d.contact[:d.ncon]` whose other geom is one of `others`."""
+        a, b = self.d.contact.geom[: self.d.ncon].T
+        found = np.zeros(self.m.ngeom, bool)
+        found[a[np.isin(b, others)]] = True
+        found[b[np.isin(a, others)]] = True
+        return found
 
     def observe(self, s: dict) -> np.ndarray:
         d, kind = self.d, s["kind"]
@@ -305,7 +315,11 @@ class Episode:
                     d.qvel[v] = 0.0
                 d.qpos[i] = np.clip(d.qpos[i], -lim, lim)
         if self.foot:
-            touch = d.sensordata[self.foot["touch_sensor_adr"]] > self.foot["force_above"]
+            if "touch_sensor_adr" in self.foot:
+                touch = d.sensordata[self.foot["touch_sensor_adr"]] > self.foot["force_above"]
+            else:  # a foot touches when one of its geoms touches one of `with_geoms` (the floor)
+                touching = self.touching(self.foot["with_geoms"])
+                touch = np.array([touching[geoms].any() for geoms in self.foot["geoms"]])
             self.foot_contact = touch
             contact = touch | self.last_contact
             self.last_contact = touch
@@ -357,8 +371,10 @@ class Episode:
                 return rule["cause"]
             if kind == "qpos_abs_above" and (np.abs(d.qpos[rule["index"]]) > rule["limit"]).any():
                 return rule["cause"]
-            if kind == "geom_contact" and q["geom_in_contact"][rule["geoms"]].any():
-                return rule["cause"]
+            if kind == "geom_contact":
+                touching = self.touching(rule["with_geoms"]) if "with_geoms" in rule else q["geom_in_contact"]
+                if touching[rule["geoms"]].any():
+                    return rule["cause"]
             if kind == "tilt":
                 a = rule["qpos_adr"]
                 gravity = quat_rotate_inverse(d.qpos[a + 3 : a + 7], np.array([0.0, 0.0, -1.0]))

@@ -184,6 +184,21 @@ def _apply_env(env: dict[str, str], monkeypatch, request) -> None:
             importlib.import_module(module)
 
 
+def _fetched_robots_for(args: list[str], monkeypatch, request) -> list[str]:
+    """`args` with the checkout's Python files (a robot file, `--robot examples/my_go1.py`) as absolute paths: the
+    test runs in a directory of its own. A command that needs a fetched robot (a task that `requires` one, or
+    `--robot`) sees the session's robot cache (tests/conftest.py: `robot_cache`), and a robot file's task
+    registers into a copy of the task registry, as a task module's does."""
+    from mjfleet.tasks import get_task, registry, task_names
+
+    args = [str(ROOT / a) if a.endswith(".py") and (ROOT / a).is_file() else a for a in args]
+    fetched = {name for name in task_names() if get_task(name).requires is not None}
+    if "--robot" in args or fetched & set(args):
+        monkeypatch.setenv("MJFLEET_CACHE_DIR", str(request.getfixturevalue("robot_cache")))
+        monkeypatch.setattr(registry, "_TASKS", dict(registry._TASKS))
+    return args
+
+
 def _trains_in_one_cpu_process(command: str) -> bool:
     """A documented `train` command that can really run here: one CPU process, no run to resume."""
     _, words = _split_env(shlex.split(command))
@@ -243,6 +258,7 @@ def test_documented_train_command_trains_at_tiny_size(tiny_run, monkeypatch, tmp
 
     env, args = _split_env(shlex.split(tiny_run))
     _apply_env(env, monkeypatch, request)
+    args = _fetched_robots_for(args, monkeypatch, request)
     monkeypatch.chdir(tmp_path)
     main([*args, "--logs-root", str(tmp_path / "logs"), "--logger", "none"])
     assert len(list((tmp_path / "logs").glob("*/*/model_1.pt"))) == 1
@@ -262,6 +278,7 @@ def test_documented_command_is_valid(doc, command, monkeypatch, tmp_path, reques
         assert words[:2] == ["uv", "run"], f"{doc}: unexpected command {command!r}"
         program, args = _uv_run(words)
     _apply_env(env, monkeypatch, request)
+    args = _fetched_robots_for(args, monkeypatch, request)
     monkeypatch.chdir(tmp_path)
     # Documented GPU commands must parse as if on a machine with 8 GPUs.
     monkeypatch.setattr("mjfleet.launch.devices._visible_gpu_count", lambda: 8)

@@ -102,6 +102,19 @@ def split_task(argv: list[str], prog: str, usage: str) -> tuple[str, list[str]]:
     return argv[0], argv[1:]
 
 
+def robot_flag(args: list[str]) -> str | None:
+    """The value of `--robot FILE` / `--robot=FILE` in `args` (None when absent)."""
+    for i, arg in enumerate(args):
+        if arg == "--":
+            break
+        if arg == "--robot" or arg.startswith("--robot="):
+            value = arg.split("=", 1)[1] if "=" in arg else (args[i + 1] if i + 1 < len(args) else "")
+            if not value or value.startswith("-"):
+                raise UsageError("--robot needs a file, e.g. `--robot my_robot.py`")
+            return value
+    return None
+
+
 def with_task_configs(base: type, env_default: Any, agent_default: Any, name: str) -> type:
     """A dataclass type = `base` + `env` and `agent` fields typed as this task's own config classes.
 
@@ -133,6 +146,7 @@ def parse_task_command(
     ``device_defaults``: the --agent.* defaults are the task's for the device --gpu-ids picks (`flags_base` has
     it), CPU or GPU (TaskSpec.agent_config_cpu)."""
     from mjfleet.tasks import get_task
+    from mjfleet.tasks.plugins import task_for_robot
 
     task_name, rest = split_task(argv, prog, usage)
     try:
@@ -143,6 +157,11 @@ def parse_task_command(
         if hint is None:
             raise
         raise UsageError(hint) from None
+    # Before the flags: the task's --env.* defaults come from the robot (its home pose, its reward weights).
+    robot = robot_flag(rest)
+    if robot is not None and "robot" not in {f.name for f in dataclasses.fields(flags_base)}:
+        raise UsageError(f"`{prog}` does not take --robot (train and play do)")
+    spec = task_for_robot(spec, robot)
 
     def parse(on_cpu: bool) -> Any:
         env_default = env_defaults(spec) if env_defaults is not None else spec.env_config()

@@ -33,6 +33,9 @@ Evaluate a policy: the latest checkpoint of the task's experiment unless told ot
 class PlayFlags:
     """Evaluate a policy (deterministic actions by default), write eval.json; optionally a video and an ONNX export."""
 
+    robot: str | None = None
+    """A Python file that defines a RobotDescription: the robot of a task that takes one (Velocity-Flat), as
+    trained with --robot. docs/bring-your-robot.md."""
     checkpoint: str | None = None
     """An iteration number of the chosen run, or a checkpoint file path. Default: the run's latest checkpoint."""
     load_run: str | None = None

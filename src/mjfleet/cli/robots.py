@@ -34,19 +34,25 @@ def _parser() -> argparse.ArgumentParser:
     fetch.add_argument("--force", action="store_true", help="fetch again even if it is in the cache")
     show = commands.add_parser(
         "show",
-        help="build a fetched robot's model from its description and print what each actuated joint gets",
+        help="build a robot's model from its description (a known robot's, or a file's) and print what each "
+        "actuated joint gets",
         description="Build the robot's MuJoCo model from its description (every name checked against the MJCF, "
         "the home pose checked above the floor) and print, per actuated joint, the armature, kp, kd, effort "
         "limit, action scale and home position.",
     )
-    show.add_argument("name", help="the robot, as `robots list` names it")
+    show.add_argument("name", help="the robot, as `robots list` names it, or a .py file that describes one")
     return parser
+
+
+def _is_file(name: str) -> bool:
+    return name.endswith(".py")
 
 
 def _show(name: str) -> None:
     from mjfleet.robots import build_robot, known_robot
+    from mjfleet.robots.load import load_robot_file
 
-    robot = build_robot(known_robot(name).description)
+    robot = build_robot(load_robot_file(name) if _is_file(name) else known_robot(name).description)
     model = robot.model
     feet = ", ".join(robot.description.feet)
     print(f"{name}: {robot.mjcf}")
@@ -71,7 +77,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args = _parser().parse_args(argv)
     if args.command is None:
         raise UsageError("give a command: `robots list`, `robots fetch <name>` or `robots show <name>`")
-    if args.command != "list":
+    if args.command == "show" and _is_file(args.name):
+        from mjfleet.robots.load import load_robot_file
+
+        load_robot_file(args.name)
+    elif args.command != "list":
         known_robot(args.name)
     return args
 
@@ -92,10 +102,10 @@ def main(argv: list[str] | None = None) -> None:
                 "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=False)) + "  " + row[3]
             )
         return
-    robot = known_robot(args.name)
     if args.command == "show":
         _show(args.name)
         return
+    robot = known_robot(args.name)
     was_there = is_fetched(args.name)
     folder = fetch(args.name, robot.source, force=args.force)
     verb = "already fetched" if was_there and not args.force else "fetched"

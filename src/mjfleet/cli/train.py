@@ -51,6 +51,10 @@ class TrainFlags:
     """With --algorithm distillation: the teacher's checkpoint or run directory
     (alias of --agent.distillation.teacher)."""
 
+    robot: str | None = None
+    """A Python file that defines a RobotDescription: the robot of a task that takes one (Velocity-Flat; its
+    experiment is named after the robot). Workers load the same file. docs/bring-your-robot.md."""
+
     gpu_ids: tuple[str, ...] = ("auto",)
     """GPUs to train on, one worker each: `0 1`, `"[0, 1]"`, `all`, or `None`/`cpu` for CPU. auto: GPU 0 if
     CUDA is available, else CPU. Ids index into CUDA_VISIBLE_DEVICES when it is set."""

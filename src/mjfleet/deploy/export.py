@@ -200,9 +200,11 @@ def export_policy(
     ):  # the model the policy was trained with, so that the folder deploys on its own
         xml, assets = model_files
         for name, data in {metadata["mjcf"]: xml.encode(), **assets}.items():
-            tmp_file = out_dir / f".{name}.tmp"
+            target = out_dir / name  # meshes go to assets/ (mjfleet.robots.mjcf.bundle_files)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            tmp_file = target.with_name(f".{target.name}.tmp")
             tmp_file.write_bytes(data)
-            os.replace(tmp_file, out_dir / name)
+            os.replace(tmp_file, target)
         written["mjcf"] = out_dir / metadata["mjcf"]
 
     # The ONNX graph and the TorchScript module are made and checked first, under temporary names: policy.json's

@@ -40,6 +40,7 @@ CHECKED_MODEL_FIELDS = (
     "geom_priority", "geom_condim", "geom_solref", "geom_solimp", "geom_margin",
     "actuator_gainprm", "actuator_biasprm", "actuator_ctrlrange", "actuator_forcerange", "actuator_gear",
     "actuator_trnid", "sensor_type", "sensor_adr", "key_qpos", "hfield_data", "hfield_size",
+    "nmesh", "nmeshvert", "geom_dataid", "mesh_vert",
 )  # fmt: skip
 
 
@@ -58,15 +59,18 @@ def model_xml(env) -> tuple[str, dict[str, bytes]] | None:
     MODEL_TOLERANCE).
 
     Heightfields go to binary files (MuJoCo's format: int32 nrow, int32 ncol, float32 data): as text in the XML
-    they would be 12 MB for the rough terrain and rounded in the 7th digit."""
+    they would be 12 MB for the rough terrain and rounded in the 7th digit. Mesh and texture files are copied
+    (`mjfleet.robots.mjcf.bundle_files`), so that the folder runs without the robot's own files."""
     import mujoco
     import numpy as np
+
+    from mjfleet.robots.mjcf import bundle_files
 
     spec = getattr(env, "mj_spec", None)
     if spec is None:
         return None
     spec = spec.copy()
-    files: dict[str, bytes] = {}
+    files = bundle_files(spec)
     for hfield in spec.hfields:
         if len(hfield.userdata):
             name = f"{hfield.name or 'hfield'}.bin"

@@ -48,6 +48,23 @@ def _patterns(field: str, patterns: tuple[str, ...]) -> None:
             raise UsageError(f"{field}: {pattern!r} is not a regular expression ({exc})") from None
 
 
+def _options(field: str, options: Mapping[str, object]) -> None:
+    import mujoco
+
+    known = {name for name in dir(mujoco.MjOption) if not name.startswith("_")}
+    for name, value in options.items():
+        if name not in known:
+            raise UsageError(
+                f"{field}: {name!r} is no MuJoCo option (MjOption: timestep, cone, impratio, ...)"
+            )
+        try:  # mujoco's enums (mjtCone, ...) are not ints, but convert to one
+            number = value if isinstance(value, (int, float)) else int(value)  # type: ignore[call-overload]
+        except (TypeError, ValueError):
+            number = math.nan
+        if isinstance(value, bool) or not math.isfinite(number):
+            raise UsageError(f"{field}[{name!r}] = {value!r}: give a number or a mujoco enum value")
+
+
 @dataclasses.dataclass(frozen=True)
 class ActuatorGroup:
     """Joints driven by one kind of motor through one kind of gearbox, as MuJoCo position actuators.
@@ -154,6 +171,9 @@ class RobotDescription:
     """One scale for every joint's action; None: ACTION_SCALE_FACTOR x effort limit / kp per joint."""
     reward_weights: Mapping[str, float] = dataclasses.field(default_factory=dict)
     """Reward term name -> weight, over the velocity task's own (tasks/locomotion/described_config.py)."""
+    physics: Mapping[str, object] = dataclasses.field(default_factory=dict)
+    """MuJoCo <option> settings over the task's own (tasks/locomotion/described.py: PHYSICS), by MjOption field
+    name, e.g. {"cone": mujoco.mjtCone.mjCONE_ELLIPTIC, "impratio": 10.0}: what mjlab sets per robot task."""
 
     def __post_init__(self) -> None:
         for field in ("actuators", "feet", "foot_geoms", "terminate_on_contact"):
@@ -162,6 +182,8 @@ class RobotDescription:
                 raise UsageError(f"{field} = {value!r}: give a tuple, e.g. ({value!r},)")
             object.__setattr__(self, field, tuple(value))
         object.__setattr__(self, "reward_weights", dict(self.reward_weights))
+        object.__setattr__(self, "physics", dict(self.physics))
+        _options("physics", self.physics)
         if not self.actuators or not all(isinstance(g, ActuatorGroup) for g in self.actuators):
             raise UsageError("actuators: give a tuple of ActuatorGroup, at least one")
         if not isinstance(self.home, HomePose):

@@ -8,8 +8,13 @@ An installed distribution declares, in its pyproject.toml,
 
 Both are loaded whenever `mjfleet.tasks` is imported, so `tasks`, `train`, `play` and `bench` see the same tasks;
 a training job also carries the MJFLEET_TASK_MODULES list its command saw (`TrainJob.task_modules`), and every
-worker imports those modules itself, whatever environment the launcher gave it. A plug-in that fails to load is a UsageError naming its distribution and entry point:
-one broken package must not read as a bug of mjfleet's, and its author still learns the first line of why.
+worker imports those modules itself, whatever environment the launcher gave it. A plug-in that fails to load is a
+UsageError naming its distribution and entry point: one broken package must not read as a bug of mjfleet's, and
+its author still learns the first line of why.
+
+A robot described in a file of its own (`train Velocity-Flat --robot my_robot.py`) registers, for every task that
+takes a robot (TaskSpec.for_robot), that task for it (`register_robot_file`); the job carries the file's absolute
+path among its task modules, so that every worker registers the same task.
 """
 
 from __future__ import annotations
@@ -17,10 +22,11 @@ from __future__ import annotations
 import importlib
 import importlib.metadata
 import os
+import pathlib
 import types
 
 from mjfleet.errors import UsageError, first_line
-from mjfleet.tasks.registry import task_names
+from mjfleet.tasks.registry import TaskSpec, get_task, register, task_names
 
 GROUP = "mjfleet.tasks"
 
@@ -75,6 +81,9 @@ def load_environment_modules() -> None:
 def load_task_modules(modules: tuple[str, ...] | list[str]) -> None:
     """Import `modules`, each registering its tasks (a worker imports the ones its job names)."""
     for module in modules:
+        if module.endswith(".py"):  # a robot file (`--robot`), by its absolute path
+            register_robot_file(module)
+            continue
         try:
             importlib.import_module(module)
         except ModuleNotFoundError as exc:
@@ -84,3 +93,50 @@ def load_task_modules(modules: tuple[str, ...] | list[str]) -> None:
                 f"MJFLEET_TASK_MODULES names {module!r}, which is not importable here (is its directory on "
                 "PYTHONPATH?)"
             ) from None
+
+
+def robot_templates() -> list[str]:
+    """The tasks that take a robot file (`--robot`)."""
+    return [name for name in task_names() if get_task(name).for_robot is not None]
+
+
+def register_robot_file(path: str) -> dict[str, str]:
+    """Load the description `path` defines and register each task that takes a robot for it (once per process);
+    returns {the template's name: the registered task's name}."""
+    from mjfleet.robots.load import load_robot_file
+
+    description = load_robot_file(path)
+    names: dict[str, str] = {}
+    for template in robot_templates():
+        task: TaskSpec = get_task(template).for_robot(description)  # type: ignore[misc]
+        if task.name in task_names():
+            if get_task(task.name).env_kwargs.get("robot") != description:
+                raise UsageError(
+                    f"--robot: two files describe a robot named {description.name!r} (task {task.name}): "
+                    "rename one (RobotDescription.name)"
+                )
+        else:
+            register(task)
+        names[template] = task.name
+    return names
+
+
+def task_for_robot(spec: TaskSpec, robot_file: str | None) -> TaskSpec:
+    """`spec`, or with `--robot FILE` the task `spec` (one that takes a robot) registers for that file's robot."""
+    if spec.for_robot is None:
+        if robot_file is not None:
+            takes = ", ".join(robot_templates()) or "none"
+            raise UsageError(
+                f"--robot: {spec.name} has a robot of its own (tasks that take --robot: {takes})"
+            )
+        return spec
+    if robot_file is None:
+        raise UsageError(
+            f"{spec.name} trains the robot a file describes: give --robot path/to/robot.py (docs/bring-your-robot.md)"
+        )
+    return get_task(register_robot_file(robot_file)[spec.name])
+
+
+def robot_modules(robot_file: str | None) -> tuple[str, ...]:
+    """`--robot FILE` as a task-module entry of a job (its absolute path); () without one."""
+    return () if robot_file is None else (str(pathlib.Path(robot_file).expanduser().resolve()),)

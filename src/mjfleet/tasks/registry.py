@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import difflib
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from mjfleet.envs.config import EnvConfig
 from mjfleet.errors import UsageError
@@ -43,6 +43,12 @@ class TaskSpec:
     requires: Callable[[], None] | None = None
     """Raises a UsageError when the task cannot be built on this machine, saying what to do (e.g. a robot not
     fetched yet): `train`, `play` and `bench` call it once their flags are parsed, before anything is written."""
+    env_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    """Keyword arguments of the environment class besides the config and device (a described robot's task passes
+    its description: one class serves every robot, no subclass per robot)."""
+    for_robot: Callable[[Any], TaskSpec] | None = None
+    """A task for any described robot (`train Velocity-Flat --robot my_robot.py`): given the RobotDescription,
+    the task for that robot. Such a task has no robot of its own and cannot be built without one."""
 
     def check_ready(self) -> None:
         """`requires`, where the task has one."""
@@ -73,7 +79,7 @@ class TaskSpec:
         """Build the environment; fills in num_envs for the device when the config leaves it open."""
         if cfg.num_envs is None:
             cfg.num_envs = self.default_num_envs(device)
-        return self.env_type()(cfg, device=device)
+        return self.env_type()(cfg, device=device, **self.env_kwargs)
 
 
 _TASKS: dict[str, TaskSpec] = {}

@@ -44,8 +44,9 @@ class TrainJob:
     video: tuple[int, int, int, int] | None = None
     """--video: (interval, length, width, height); None: no video."""
     task_modules: tuple[str, ...] = ()
-    """Modules that register tasks (MJFLEET_TASK_MODULES as the parent read it): every worker imports them before
-    looking the task up, whatever environment it was started with."""
+    """Modules that register tasks (MJFLEET_TASK_MODULES as the parent read it, then the --robot file by its
+    absolute path): every worker loads them before looking the task up, whatever environment it was started
+    with."""
     viewer: tuple[int, str, int] | None = None
     """--viewer viser: (environments shown, host, port); None: no viewer."""
     slurm: dict[str, Any] | None = None
@@ -59,7 +60,7 @@ def resolve(task_name: str, flags: Any, plan: WorkerPlan) -> TrainJob:
     `flags` are `train`'s (mjfleet.cli.train.TrainFlags with the task's --env.* / --agent.*); `plan` the workers'."""
     from mjfleet.launch.slurm import current_job
     from mjfleet.tasks import get_task
-    from mjfleet.tasks.plugins import environment_task_modules
+    from mjfleet.tasks.plugins import environment_task_modules, robot_modules
     from mjfleet.viewers.scene import training_viewer_settings
 
     spec = get_task(task_name)
@@ -151,7 +152,7 @@ def resolve(task_name: str, flags: Any, plan: WorkerPlan) -> TrainJob:
         eval_interval=flags.eval_interval,
         eval_episodes=flags.eval_episodes,
         video=video,
-        task_modules=environment_task_modules(),
+        task_modules=environment_task_modules() + robot_modules(flags.robot),
         viewer=training_viewer_settings(flags),
         slurm=slurm_job.run_fields() if slurm_job is not None else None,
         continues_run=continued is not None,

@@ -1,9 +1,11 @@
 """Quadruped-Velocity-Flat and Quadruped-Velocity-Rough: track commanded planar velocities with a Go1-class robot;
 Go1-Velocity-Flat and G1-Velocity-Flat: the same task for robots given as descriptions (mjfleet.robots)."""
 
+import re
 from functools import partial
 from typing import TYPE_CHECKING
 
+from mjfleet.errors import UsageError
 from mjfleet.lazy import lazy_exports
 from mjfleet.robots.unitree_g1 import UNITREE_G1
 from mjfleet.robots.unitree_go1 import UNITREE_GO1
@@ -72,24 +74,68 @@ register(
 # iterations) on GPU; on CPU the quadruped's smaller networks and 1500 iterations.
 
 
-def register_described(name: str, robot, env_class: str, description: str, **config) -> None:
+def described_task(
+    name: str,
+    robot,
+    description: str,
+    env_class: str = "RobotVelocityEnv",
+    experiment: str | None = None,
+    **config,
+) -> TaskSpec:
     """The flat velocity task of a described robot (`robot`, a RobotDescription), with the settings above;
-    `config` goes to velocity_flat_config."""
-    experiment = name.lower().replace("-", "_")
-    register(
-        TaskSpec(
-            name=name,
-            description=description,
-            env_class=f"mjfleet.tasks.locomotion.described:{env_class}",
-            env_config=partial(velocity_flat_config, robot, **config),
-            agent_config=lambda: agent_config(experiment, HIDDEN_DIMS, max_iterations=10_000),
-            agent_config_cpu=lambda: agent_config(experiment, CPU_HIDDEN_DIMS, max_iterations=1500),
-            num_envs_cpu=256,
-            num_envs_gpu=4096,
-            play_settings=play_settings,
-            requires=partial(check_fetched, robot),
-        )
+    `config` goes to velocity_flat_config. The environment class gets the description (TaskSpec.env_kwargs)."""
+    experiment = experiment or name.lower().replace("-", "_")
+    return TaskSpec(
+        name=name,
+        description=description,
+        env_class=f"mjfleet.tasks.locomotion.described:{env_class}",
+        env_config=partial(velocity_flat_config, robot, **config),
+        agent_config=lambda: agent_config(experiment, HIDDEN_DIMS, max_iterations=10_000),
+        agent_config_cpu=lambda: agent_config(experiment, CPU_HIDDEN_DIMS, max_iterations=1500),
+        num_envs_cpu=256,
+        num_envs_gpu=4096,
+        play_settings=play_settings,
+        requires=partial(check_fetched, robot),
+        env_kwargs={"robot": robot},
     )
+
+
+def register_described(name: str, robot, env_class: str, description: str, **config) -> None:
+    """Register `described_task` (a robot mjfleet knows by name: one environment subclass per robot)."""
+    register(described_task(name, robot, description, env_class, **config))
+
+
+def velocity_flat_for(robot) -> TaskSpec:
+    """Velocity-Flat for the robot of a file (`--robot my_robot.py`): the task named `Velocity-Flat:<robot name>`,
+    its runs under `logs/<robot name>_velocity_flat/`."""
+    experiment = re.sub(r"\W+", "_", robot.name.lower()).strip("_") + "_velocity_flat"
+    return described_task(
+        f"Velocity-Flat:{robot.name}",
+        robot,
+        f"{robot.name} (a robot file) tracks commanded (vx, vy, yaw rate) on flat ground.",
+        experiment=experiment,
+    )
+
+
+def _needs_robot(*_args):
+    raise UsageError("Velocity-Flat trains the robot a file describes: give --robot path/to/robot.py")
+
+
+register(
+    TaskSpec(
+        name="Velocity-Flat",
+        description="The robot a file describes (--robot my_robot.py, docs/bring-your-robot.md) tracks commanded "
+        "(vx, vy, yaw rate) on flat ground; Go1-Velocity-Flat's settings.",
+        env_class="mjfleet.tasks.locomotion.described:RobotVelocityEnv",
+        env_config=_needs_robot,
+        agent_config=_needs_robot,
+        num_envs_cpu=256,
+        num_envs_gpu=4096,
+        play_settings=play_settings,
+        requires=_needs_robot,
+        for_robot=velocity_flat_for,
+    )
+)
 
 
 register_described(

@@ -21,8 +21,43 @@ def trained_commands(env, trained_cfg: dict[str, Any] | None) -> dict[str, Any]:
     return {**dataclasses.asdict(env.cfg.commands), **((trained_cfg or {}).get("commands") or {})}
 
 
+def touch_sensor_contact_rules(env) -> dict[str, Any]:
+    """How the quadruped's model says what touches: the feet by their touch sensors, the trunk and legs by any
+    contact of their geoms (with the ground or each other)."""
+    m = env.mj_model
+    return {
+        "foot_contact": {
+            "touch_sensor_adr": [int(m.sensor_adr[m.sensor(f"{foot}_foot_touch").id]) for foot in env.feet],
+            "force_above": float(env.cfg.foot_contact_force),
+        },
+        "ends_episode": {"kind": "geom_contact", "geoms": [m.geom(g).id for g in env.base_contact_geoms]},
+        "undesired_contacts": f"sum(geom_in_contact[{[m.geom(g).id for g in env.undesired_contact_geoms]!r}])",
+        "foot_geoms": [m.geom(f"{f}_foot").id for f in env.feet],
+        "quantities": [],
+    }
+
+
+def floor_contact_rules(env) -> dict[str, Any]:
+    """How a described robot's task (tasks/locomotion/described.py) says what touches: only contacts with the
+    floor count (the robot may touch itself); a foot touches when one of its collision geoms does."""
+    floor = [int(env.built.floor_geom_id)]
+    return {
+        "foot_contact": {
+            "geoms": [[int(g) for g in geoms] for geoms in env.built.foot_geom_ids],
+            "with_geoms": floor,
+        },
+        "ends_episode": {"kind": "geom_contact", "geoms": env.base_geoms.tolist(), "with_geoms": floor},
+        "undesired_contacts": f"sum(floor_contact[{env.leg_geoms.tolist()!r}])",
+        "foot_geoms": [int(g) for g in env.foot_geoms],
+        "quantities": [{"name": "floor_contact", "kind": "geoms_touching", "with_geoms": floor}],
+    }
+
+
 def deployment_rules(
-    env, trained_cfg: dict[str, Any] | None = None, more_rewards: dict[str, str] | None = None
+    env,
+    trained_cfg: dict[str, Any] | None = None,
+    more_rewards: dict[str, str] | None = None,
+    contacts: dict[str, Any] | None = None,
 ) -> dict[str, Any] | None:
     """The rules of an episode of `env`, a flat-ground LocomotionEnv (the env decides that, in its
     `deployment_rules`: this module reads the env's state and does not import its class). The quadruped's reward
@@ -33,8 +68,10 @@ def deployment_rules(
     the ones the policy learnt (not play's --command, which `policy_metadata` records apart as the evaluation
     command), and its randomisation ranges the ones a robustness check should stay within, even when the export
     was made with play's settings; so is its observation noise. Where it is unknown, `env`'s own settings stand in.
+    `contacts` says how the model's contacts are read (default: `touch_sensor_contact_rules`).
     """
-    cfg, m = env.cfg, env.mj_model
+    cfg = env.cfg
+    contacts = contacts if contacts is not None else touch_sensor_contact_rules(env)
     trained = trained_cfg or {}
     c = trained_commands(env, trained_cfg)
     qj, vj = env._qj, env._vj
@@ -62,7 +99,7 @@ def deployment_rules(
         "joint_acc": f"sum(square(qacc[{vj.start}:{vj.stop}]))",
         "action_rate": "sum(square(action - last_action))",
         "joint_limits": f"sum(maximum({lower!r} - {joints_q}, 0) + maximum({joints_q} - {upper!r}, 0))",
-        "undesired_contacts": f"sum(geom_in_contact[{[m.geom(g).id for g in env.undesired_contact_geoms]!r}])",
+        "undesired_contacts": contacts["undesired_contacts"],
         "feet_air_time": (
             f"sum((touchdown_air_time - {cfg.feet_air_time_threshold!r}) * first_contact)"
             f" * (norm(command[0:2]) > {c['min_speed']!r})"
@@ -77,7 +114,6 @@ def deployment_rules(
     mass = trained_events.get("added_trunk_mass", ev.added_trunk_mass)
     push = trained_events.get("push_velocity", ev.push_velocity)
     push_interval = trained_events.get("push_interval_s", ev.push_interval_s)
-    feet_touch = [int(m.sensor_adr[m.sensor(f"{foot}_foot_touch").id]) for foot in env.feet]
     return {
         "observations": [
             {"name": "base_lin_vel", "kind": "free_joint_lin_vel_body", "qpos_adr": 0, "dof_adr": 0},
@@ -98,14 +134,11 @@ def deployment_rules(
         },
         "after_physics": [],
         "terminations": [
-            {
-                "cause": "fell",
-                "kind": "geom_contact",
-                "geoms": [m.geom(g).id for g in env.base_contact_geoms],
-            },
+            {"cause": "fell", **contacts["ends_episode"]},
             {"cause": "fell", "kind": "tilt", "qpos_adr": 0, "max_angle": float(cfg.max_tilt)},
         ],
-        "foot_contact": {"touch_sensor_adr": feet_touch, "force_above": float(cfg.foot_contact_force)},
+        "foot_contact": contacts["foot_contact"],
+        "quantities": list(contacts["quantities"]),
         "rewards": {
             "terms": [
                 {"name": name, "weight": weight, "expression": rewards[name]}
@@ -133,8 +166,8 @@ def deployment_rules(
         "randomization": {
             "foot_friction": None
             if friction is None
-            else {"geoms": [m.geom(f"{f}_foot").id for f in env.feet], "range": list(friction)},
-            "added_mass": None if mass is None else {"body": m.body(env.trunk).id, "range": list(mass)},
+            else {"geoms": contacts["foot_geoms"], "range": list(friction)},
+            "added_mass": None if mass is None else {"body": int(env.trunk_body), "range": list(mass)},
             "push": None if not push else {"velocity": float(push), "interval_s": list(push_interval)},
         },
     }

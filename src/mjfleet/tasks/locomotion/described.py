@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from mjfleet.robots import BuiltRobot, RobotDescription, build_robot
+from mjfleet.robots.mjcf import as_written
 from mjfleet.robots.unitree_g1 import UNITREE_G1
 from mjfleet.robots.unitree_go1 import UNITREE_GO1
 from mjfleet.tasks.locomotion.env import LocomotionEnv
@@ -40,11 +41,21 @@ NJMAX = 300
 
 
 class RobotVelocityEnv(LocomotionEnv):
-    """Velocity tracking on flat ground for the robot `robot` describes (subclass and set it)."""
+    """Velocity tracking on flat ground for the robot `robot` describes: given as an argument (a task registered
+    for a description passes it: TaskSpec.env_kwargs), or set by a subclass."""
 
-    robot: ClassVar[RobotDescription]
+    robot: RobotDescription
     physics: ClassVar[dict] = {}
     """Physics options beyond PHYSICS for this robot (e.g. the friction cone)."""
+
+    def __init__(
+        self, cfg, device: str = "cpu", robot: RobotDescription | None = None, physics: dict | None = None
+    ) -> None:
+        if robot is not None:
+            self.robot = robot
+        if physics is not None:
+            self.physics = physics
+        super().__init__(cfg, device)
 
     def build_model(self) -> mujoco.MjModel:
         if self.cfg.terrain.kind != "flat":
@@ -52,7 +63,7 @@ class RobotVelocityEnv(LocomotionEnv):
         self.terrain = None
         self.built: BuiltRobot = build_robot(self.robot)
         spec = self.built.spec
-        for name, value in {**PHYSICS, **self.physics}.items():
+        for name, value in {**PHYSICS, **self.physics, **self.robot.physics}.items():
             setattr(spec.option, name, value)
         # The feet's friction wins against the floor's (MuJoCo takes the higher priority's), so that randomising it
         # acts (as the quadruped's MJCF does; mjlab 1.6.0 go1_constants FULL_COLLISION: feet priority 1).
@@ -60,11 +71,19 @@ class RobotVelocityEnv(LocomotionEnv):
         for geom in spec.geoms:
             if geom.id in feet:
                 geom.priority = 1
-        self.mj_spec = spec
-        return spec.compile()
+        # Trained as its MJCF says (6 significant digits), so that the export's model.xml is this model exactly.
+        self.mj_spec = as_written(spec)
+        return self.mj_spec.compile()
 
     def simulation_sizes(self) -> dict:
         return {"nconmax": NCONMAX, "njmax": NJMAX}
+
+    def deployment_rules(self, trained_cfg: dict | None = None) -> dict | None:
+        """How an episode runs, for an exported policy (tasks/locomotion/deploy.py): the quadruped's rules with
+        contacts counted against the floor, as this task counts them."""
+        from mjfleet.tasks.locomotion.deploy import deployment_rules, floor_contact_rules
+
+        return deployment_rules(self, trained_cfg, contacts=floor_contact_rules(self))
 
     def _setup_robot(self) -> None:
         b, m, dev = self.built, self.mj_model, self.device
@@ -119,8 +138,11 @@ class Go1VelocityEnv(RobotVelocityEnv):
     """Go1-Velocity-Flat: the Unitree Go1 (`uv run robots fetch unitree-go1`)."""
 
     robot = UNITREE_GO1
-    # mjlab 1.6.0 mjlab/tasks/velocity/config/go1/env_cfgs.py: sim.mujoco impratio 10, cone elliptic
-    physics = {"impratio": 10.0, "cone": mujoco.mjtCone.mjCONE_ELLIPTIC}
+    # mjlab 1.6.0 mjlab/tasks/velocity/config/go1/env_cfgs.py: sim.mujoco impratio 10, cone elliptic. Line search
+    # iterations 50, not mjlab's 20: with elliptic cones MuJoCo C's line search stopped at 20 short of the step
+    # MuJoCo-Warp's found as the feet landed (2026-11-28, tests/test_described_sim2sim.py: 1.6 cm apart in one
+    # policy step), so an export ran another robot; with 50 both agree. Warp's search ends as it converges.
+    physics = {"impratio": 10.0, "cone": mujoco.mjtCone.mjCONE_ELLIPTIC, "ls_iterations": 50}
 
 
 class G1VelocityEnv(RobotVelocityEnv):
