@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -227,7 +228,9 @@ def test_the_dashboard_serves_the_sweeps_study_on_loopback_drawn_in_a_real_brows
             try:
                 page = browser.new_page()
                 page.goto(url)
-                page.get_by_text("sweep", exact=True).first.wait_for(timeout=60_000)  # the study, by name
+                page.get_by_text(re.compile(r"^0\. sweep$")).first.wait_for(
+                    timeout=60_000
+                )  # the study, by name
                 page.goto(url.rstrip("/") + "/dashboard/studies/0")
                 page.get_by_text("231.25").first.wait_for(timeout=60_000)  # the best trial's value, drawn
                 page.screenshot(path=str(tmp_path / "dashboard.png"))

@@ -30,6 +30,9 @@ def free_port(host: str, first: int) -> int:
     """`first`, or the next port after it that `host` can bind."""
     for port in range(first, min(first + PORTS_TRIED, 65536)):
         with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
+            probe.setsockopt(
+                socket.SOL_SOCKET, socket.SO_REUSEADDR, 1
+            )  # as the server binds: TIME_WAIT is free
             try:
                 probe.bind((host, port))
             except OSError:
