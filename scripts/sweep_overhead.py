@@ -3,10 +3,12 @@
     uv run python scripts/sweep_overhead.py --trials 4 --slots 2 --iterations 20 --repeats 2
 
 "By hand" is what a user would script: the same `train` command per trial (the same learning rates, seed, budget,
-placement and thread count the sweep gives it), each followed by the same `play` evaluation, S of them at a time.
+placement and thread count the sweep gives it), each followed by the same `play` evaluation, S of them at a time,
+each in a session of its own as the sweep starts them (and as S terminals would): Linux's autogroup scheduler shares
+the CPU between sessions, so on a machine shared with other jobs trials in one session get less of it.
 The sweep runs the same trials as a grid over those learning rates. Both are timed from the start of the first
-command to the end of the last; the two alternate, `--repeats` times each, so that a busy machine's drift falls on
-both alike. Prints each wall time and the sweep's overhead, median over the repeats.
+command to the end of the last; the two alternate, `--repeats` times each, and every other repeat the sweep goes
+first, so that a busy machine's drift falls on both alike. Prints each wall time and the sweep's overhead, median over the repeats.
 """
 
 from __future__ import annotations
@@ -29,13 +31,19 @@ EVAL = ["--episodes", "32", "--num-envs", "16"]
 def by_hand(task: str, rates: list[str], slots: int, iterations: int, threads: int, root: Path) -> float:
     def trial(k: int) -> None:
         name = f"hand{k}"
+        began = time.perf_counter()
         subprocess.run([str(BIN / "train"), task, *TRAIN, "--max-iterations", str(iterations), "--gpu-ids", "None",
                         "--cpu-workers", "1", "--threads", str(threads), "--agent.ppo.learning-rate", rates[k],
                         "--seed", "0", "--logs-root", str(root), "--run-name", name],
-                       check=True, capture_output=True)  # fmt: skip
+                       check=True, capture_output=True, start_new_session=True)  # fmt: skip
+        trained = time.perf_counter()
         run = next(root.glob(f"*/*_{name}"))
         subprocess.run([str(BIN / "play"), task, "--load-run", str(run), "--gpu-ids", "None", *EVAL],
-                       check=True, capture_output=True)  # fmt: skip
+                       check=True, capture_output=True, start_new_session=True)  # fmt: skip
+        print(
+            f"  by hand, trial {k}: train {trained - began:.1f} s, play {time.perf_counter() - trained:.1f} s",
+            flush=True,
+        )
 
     start = time.perf_counter()
     with ThreadPoolExecutor(slots) as pool:
@@ -50,6 +58,8 @@ def by_sweep(task: str, rates: list[str], slots: int, iterations: int, root: Pat
                     "--gpu-ids", "None", "--slots", str(slots), "--sweep-dir", str(root / "sweep"),
                     "--eval-episodes", EVAL[1], "--eval-num-envs", EVAL[3], "--", *TRAIN],
                    check=True, capture_output=True)  # fmt: skip
+    for log in sorted((root / "sweep" / "logs").glob("*.log")):
+        print(f"  sweep, {log.name}: {log.read_text().splitlines()[-1][:120]}", flush=True)
     return time.perf_counter() - start
 
 
@@ -68,8 +78,12 @@ def main() -> None:
     hand, sweep = [], []
     for repeat in range(args.repeats):
         with tempfile.TemporaryDirectory() as a, tempfile.TemporaryDirectory() as b:
-            hand.append(by_hand(args.task, rates, args.slots, args.iterations, threads, Path(a)))
-            sweep.append(by_sweep(args.task, rates, args.slots, args.iterations, Path(b)))
+            if repeat % 2:  # every other repeat the sweep goes first: whatever the order costs falls on both
+                sweep.append(by_sweep(args.task, rates, args.slots, args.iterations, Path(b)))
+                hand.append(by_hand(args.task, rates, args.slots, args.iterations, threads, Path(a)))
+            else:
+                hand.append(by_hand(args.task, rates, args.slots, args.iterations, threads, Path(a)))
+                sweep.append(by_sweep(args.task, rates, args.slots, args.iterations, Path(b)))
         print(f"repeat {repeat + 1}: by hand {hand[-1]:.1f} s, sweep {sweep[-1]:.1f} s", flush=True)
     h, s = statistics.median(hand), statistics.median(sweep)
     print(f"{args.trials} trials on {args.slots} slots, {args.iterations} iterations each: by hand {h:.1f} s, "

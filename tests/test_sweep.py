@@ -213,3 +213,13 @@ def test_a_directory_of_another_sweep_is_not_joined(tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_info:
         sweep_cli.main([*TINY, "--sweep-dir", str(tmp_path), f"--param={LR}=uniform:0.1:0.2"])
     assert_usage_exit(exit_info, capsys.readouterr().err, "holds another sweep")
+
+
+@NEEDS_OPTUNA
+def test_an_evaluation_command_for_a_task_without_commands_is_refused_before_any_trial(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        sweep_cli.main([*TINY, "--sweep-dir", str(tmp_path / "s"), f"--param={LR}=uniform:0.1:0.2",
+                        "--eval-command", "0.8", "0", "0"])  # fmt: skip
+    assert_usage_exit(
+        exit_info, capsys.readouterr().err, "--eval-command: Cartpole-Balance takes no velocity command"
+    )

@@ -71,6 +71,8 @@ class SweepFlags:
     """Episodes of each trial's evaluation (play --episodes)."""
     eval_num_envs: int = 16
     """Environments of each trial's evaluation (play --num-envs)."""
+    eval_command: tuple[float, float, float] | None = None
+    """Velocity tasks: evaluate every trial at this command VX VY WZ (play --command), e.g. 0.8 0 0 forward."""
     gpu_ids: tuple[str, ...] = ("auto",)
     """GPUs to place trials on (`0 1`, `all`), or None for CPU. auto: as train."""
     cpu_workers: int | None = None

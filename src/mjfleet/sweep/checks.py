@@ -83,13 +83,25 @@ def check(
         sweep_dir=sweep_dir,
         train_flags=(*fixed, *budget),
         minutes=flags.minutes,
-        eval_flags=("--episodes", str(flags.eval_episodes), "--num-envs", str(flags.eval_num_envs)),
+        eval_flags=_eval_flags(flags, task),
         prune_interval=flags.prune_interval if prune else 0,
     )
     url = storage_url(sweep_dir, flags.storage)
     return SweepPlan(
         spec, slots, configs, flags.seeds, flags.seed, url, sampler, make_pruner(flags.pruner), prune
     )
+
+
+def _eval_flags(flags: Any, task: str) -> tuple[str, ...]:
+    """play's flags for each trial's evaluation (a command only where the task takes one)."""
+    if flags.eval_command:
+        from mjfleet.tasks import get_task
+
+        commands = getattr(get_task(task).env_config(), "commands", None)
+        if not callable(getattr(commands, "fix", None)):
+            raise UsageError(f"--eval-command: {task} takes no velocity command")
+    command = ("--command", *(repr(float(v)) for v in flags.eval_command)) if flags.eval_command else ()
+    return ("--episodes", str(flags.eval_episodes), "--num-envs", str(flags.eval_num_envs), *command)
 
 
 def _budget_flags(flags: Any) -> list[str]:
