@@ -16,6 +16,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+import yaml
 from helpers import needs_infrastructure, poll, require_infrastructure, run_cli
 
 try:
@@ -126,7 +127,7 @@ def test_eight_cartpole_trials_on_two_cpu_slots_rank_a_far_too_large_learning_ra
 def test_kill_9_of_a_trials_worker_fails_that_trial_with_its_reason_and_the_sweep_goes_on(tmp_path):
     sweep_dir = tmp_path / "sweep"
     proc = start_sweep(
-        "Cartpole-Balance", "--param", f"{LR}=choice:1e-3,3e-3,1e-2", "--sampler", "grid", "--trials", "3",
+        "Cartpole-Balance", "--param", f"{LR}=choice:1e-3,3e-3", "--sampler", "grid", "--trials", "2",
         "--iterations", "40", "--gpu-ids", "None", "--slots", "1", "--sweep-dir", str(sweep_dir), *EVAL,
         *TRAIN_FLAGS, cwd=tmp_path,
     )  # fmt: skip
@@ -141,7 +142,7 @@ def test_kill_9_of_a_trials_worker_fails_that_trial_with_its_reason_and_the_swee
     finally:
         stop_tree(proc)
     trials = sorted(study_of(sweep_dir).get_trials(), key=lambda t: t.number)
-    assert [t.state.name for t in trials] == ["FAIL", "COMPLETE", "COMPLETE"]
+    assert [t.state.name for t in trials] == ["FAIL", "COMPLETE"]
     assert trials[0].user_attrs["fail_reason"].startswith("train was killed by SIGKILL")
     assert "trial 0 (config 0, seed 0) on cpu0: failed: train was killed by SIGKILL" in out
     last = report_of(sweep_dir)["configurations"][-1]
@@ -150,7 +151,7 @@ def test_kill_9_of_a_trials_worker_fails_that_trial_with_its_reason_and_the_swee
 
 def test_ctrl_c_stops_the_sweep_cleanly_and_resume_continues_its_trials_from_their_checkpoints(tmp_path):
     sweep_dir = tmp_path / "sweep"
-    args = ["Cartpole-Balance", "--param", f"{LR}=loguniform:3e-4:3e-3", "--trials", "2", "--iterations", "150",
+    args = ["Cartpole-Balance", "--param", f"{LR}=loguniform:3e-4:3e-3", "--trials", "2", "--iterations", "80",
             "--gpu-ids", "None", "--slots", "2", "--sweep-dir", str(sweep_dir), *EVAL, *TRAIN_FLAGS]  # fmt: skip
     proc = start_sweep(*args, cwd=tmp_path)
     try:
@@ -177,18 +178,12 @@ def test_ctrl_c_stops_the_sweep_cleanly_and_resume_continues_its_trials_from_the
     for t in trials[2:]:
         first = trials[t.user_attrs["continues"]]
         assert t.params == first.params and t.user_attrs["seed"] == first.user_attrs["seed"]
-        run = json.loads(
-            json.dumps(
-                __import__("yaml").safe_load(
-                    (Path(t.user_attrs["run_dir"]) / "params" / "run.yaml").read_text()
-                )
-            )
-        )
-        assert Path(run["resumed_from"]).parent == Path(first.user_attrs["run_dir"])
-        assert (
-            max(int(p.stem.split("_")[1]) for p in Path(t.user_attrs["run_dir"]).glob("model_[0-9]*.pt"))
-            == 150
-        )
+        run_dir = Path(t.user_attrs["run_dir"])
+        run = yaml.safe_load((run_dir / "params" / "run.yaml").read_text())
+        assert Path(run["resumed_from"]).parent == Path(
+            first.user_attrs["run_dir"]
+        )  # continued, not restarted
+        assert max(int(p.stem.split("_")[1]) for p in run_dir.glob("model_[0-9]*.pt")) == 80
     assert [c["seeds_completed"] for c in report_of(sweep_dir)["configurations"]] == [1, 1]
 
 
@@ -250,7 +245,7 @@ def test_a_slurm_array_whose_tasks_run_the_same_sweep_joins_one_study(tmp_path):
 
     require_infrastructure(missing_reason())
     sweep_dir = tmp_path / "sweep"
-    sweep = ["Cartpole-Balance", "--param", f"{LR}=choice:3e-4,1e-3,3e-3,10", "--sampler", "grid", "--trials", "4",
+    sweep = ["Cartpole-Balance", "--param", f"{LR}=choice:1e-3,10", "--sampler", "grid", "--trials", "2",
              "--iterations", "8", "--gpu-ids", "None", "--slots", "1", "--sweep-dir", str(sweep_dir), *EVAL,
              *TRAIN_FLAGS]  # fmt: skip
     with running_cluster(tmp_path / "slurm") as cluster:
@@ -273,6 +268,6 @@ def test_a_slurm_array_whose_tasks_run_the_same_sweep_joins_one_study(tmp_path):
         assert poll(ended, timeout=NO_HANG_S, every=2.0), f"array job {job} did not end"
     logs = "\n".join(p.read_text() for p in sorted(tmp_path.glob("array_*.out")))
     trials = study_of(sweep_dir).get_trials()
-    assert len(trials) == 4 and all(t.state.name == "COMPLETE" for t in trials), logs[-4000:]
+    assert len(trials) == 2 and all(t.state.name == "COMPLETE" for t in trials), logs[-4000:]
     assert {t.user_attrs["owner"] for t in trials} == {f"slurm:{job}_0", f"slurm:{job}_1"}, logs[-4000:]
     assert report_of(sweep_dir)["configurations"][-1]["params"][LR] == "10"
