@@ -179,7 +179,17 @@ def test_the_report_ranks_configurations_by_their_iqm_over_seeds_failures_last()
         ([f"--param={LR}=uniform:0.1:0.2", "--sampler", "grid"], ["--sampler grid needs choice:"]),
         ([f"--param={LR}=uniform:0.1:0.2", "--hosts", "no-such-host.invalid"], ["--hosts: cannot resolve"]),
     ],
-    ids=["unknown-path", "malformed", "bad-choice", "objective", "storage", "train-flag", "reserved", "grid", "host"],
+    ids=[
+        "unknown-path",
+        "malformed",
+        "bad-choice",
+        "objective",
+        "storage",
+        "train-flag",
+        "reserved",
+        "grid",
+        "host",
+    ],
 )
 @NEEDS_OPTUNA
 def test_bad_input_is_one_line_and_exit_2_before_any_trial(args, needles, tmp_path, capsys):
