@@ -30,6 +30,8 @@ SECTIONS = [
     ("robots", "robots", ["--help"]),
     ("robots fetch", "robots", ["fetch", "--help"]),
     ("robots show", "robots", ["show", "--help"]),
+    ("sweep", "sweep", ["--help"]),
+    ("sweep <Task> (here Cartpole-Balance)", "sweep", ["Cartpole-Balance", "--help"]),
 ]
 
 
@@ -41,6 +43,7 @@ def _main(script: str):
         "bench": "bench",
         "plot": "plot",
         "robots": "robots",
+        "sweep": "sweep",
     }[script]
     return __import__(f"mjfleet.cli.{module}", fromlist=["main"]).main
 

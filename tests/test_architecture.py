@@ -14,7 +14,7 @@ LAYERS = [
     {"tasks"},  # a task is an environment plus its agent defaults (rl/config.py)
     {"evaluation", "deploy", "viewers"},  # deploy/: export and the shipped policies; viewers/: live views
     {"launch"},  # places workers and runs a function on them: above all that runs inside one
-    {"train", "play"},
+    {"train", "play", "sweep"},  # sweep/ runs train and play as subprocesses, importing neither
     {"bench"},  # beside cli/, importing nothing from it
     {"cli"},
 ]

@@ -273,7 +273,7 @@ def test_the_docs_show_commands_that_train_for_real():
 def test_documented_command_is_valid(doc, command, monkeypatch, tmp_path, request):
     env, words = _split_env(shlex.split(command))
     if words[0] == "sbatch":
-        program, args = "train", _sbatch_train_args(words)
+        program, args = _sbatch_args(words)
     else:
         assert words[:2] == ["uv", "run"], f"{doc}: unexpected command {command!r}"
         program, args = _uv_run(words)
@@ -302,17 +302,16 @@ def _uv_run(words: list[str]) -> tuple[str, list[str]]:
     return words[0], words[1:]
 
 
-def _sbatch_train_args(words: list[str]) -> list[str]:
-    """`sbatch [options] <script>.sbatch <Task> [flags]`: the arguments its batch script passes to `train` (every
-    Slurm task runs `uv run train "$@"`)."""
+def _sbatch_args(words: list[str]) -> tuple[str, list[str]]:
+    """`sbatch [options] <script>.sbatch <Task> [flags]`: the program its batch script runs (`uv run train "$@"`
+    in every Slurm task, or `uv run sweep "$@"` in every array task) and the arguments it passes to it."""
     script = next((i for i, word in enumerate(words) if word.endswith(".sbatch")), None)
     assert script is not None, f"no batch script in {words}"
     path = ROOT / words[script]
     assert path.is_file(), f"{words[script]} does not exist"
-    assert 'uv run train "$@"' in path.read_text(), (
-        f"{words[script]} no longer runs `uv run train` on its arguments"
-    )
-    return words[script + 1 :]
+    programs = [p for p in ("train", "sweep") if f'uv run {p} "$@"' in path.read_text()]
+    assert programs, f"{words[script]} no longer runs `uv run train` or `uv run sweep` on its arguments"
+    return programs[0], words[script + 1 :]
 
 
 def _train(args: list[str]) -> None:
@@ -350,6 +349,20 @@ def _plot(args: list[str]) -> None:
     from mjfleet.cli.plot import parse_args
 
     parse_args(args)
+
+
+def _sweep(args: list[str]) -> None:
+    from mjfleet.cli.sweep import check_only, parse
+
+    if "--help" in args or not args:
+        _expect_clean_exit(lambda: parse(args))
+        return
+    if args[0] in ("--resume", "--report", "--dashboard"):
+        assert len(args) >= 2, (
+            args
+        )  # the sweep directory; tests/test_sweep_run.py resumes and serves for real
+        return
+    check_only(args)  # everything checked before a trial starts, but the objective's preflight evaluation
 
 
 def _tasks(args: list[str]) -> None:
@@ -394,6 +407,7 @@ VALIDATORS = {
     "plot": _plot,
     "bench": _bench,
     "robots": _robots,
+    "sweep": _sweep,
     "pytest": _pytest,
     "python": _python,
     "ruff": _ruff,

@@ -545,3 +545,35 @@ def test_a_host_that_cannot_reach_the_rendezvous_address_fails_at_once_naming_it
         last.startswith("train: error: rank ") and "cannot reach the launching host at 127.0.0.1" in last
     ), last
     assert list(tmp_path.glob("logs/*/*")) == [] and wait_gone(tmp_path) == []
+
+
+def test_a_sweep_places_its_two_trials_on_two_hosts_over_ssh(bed, tmp_path):
+    """`sweep --hosts node-a node-b` from the login host: one slot per host, each trial `train --hosts <host>`."""
+    try:
+        import optuna
+        from optuna.storages.journal import JournalFileBackend
+    except ImportError:
+        require_infrastructure("the sweep extra is missing: uv sync --extra sweep")
+        raise
+    sweep_dir = tmp_path / "sweep"
+    before = (bed.sessions("hosta"), bed.sessions("hostb"))
+    result = run_captured(
+        bed.on(
+            "login", str(BIN / "sweep"), "Cartpole-Balance", "--param", "agent.ppo.learning-rate=choice:1e-3,3e-3",
+            "--sampler", "grid", "--trials", "2", "--iterations", "2", "--gpu-ids", "None",
+            "--hosts", "node-a", "node-b", "--sweep-dir", str(sweep_dir), "--eval-episodes", "4", "--eval-num-envs", "4",
+            "--", "--num-envs", "8", "--agent.num-steps-per-env", "8", "--logger", "none",
+        ),
+        cwd=tmp_path,
+        env=run_env(bed.env),
+        timeout=NO_HANG_S * 2,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    storage = optuna.storages.JournalStorage(JournalFileBackend(str(sweep_dir / "study.journal")))
+    trials = optuna.load_study(study_name="sweep", storage=storage).get_trials()
+    assert [t.state.name for t in trials] == ["COMPLETE", "COMPLETE"]
+    assert {t.user_attrs["slot"] for t in trials} == {"node-a", "node-b"}
+    assert (
+        bed.sessions("hosta") > before[0] and bed.sessions("hostb") > before[1]
+    )  # each ran its trial's agent
+    assert not wait_gone(tmp_path)

@@ -1,0 +1,146 @@
+"""The sweep's report: each configuration judged over its seeds (IQM and a 95% bootstrap interval of the
+objective), ranked; its learning curves with confidence bands and the parameters' importances (report_plots.py).
+
+Written to <sweep dir>/report/: report.json (everything), report.md (the ranking as a table) and the plots.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from mjfleet.runs.run_dir import atomic_write_text
+from mjfleet.sweep.objective import Objective
+from mjfleet.sweep.stats import iqm, stratified_bootstrap_ci
+
+
+@dataclass
+class ConfigResult:
+    """One configuration over its seeds: the objective per seed that completed, the IQM and its 95% interval."""
+
+    config: int
+    params: dict[str, Any]
+    values: dict[int, float] = field(default_factory=dict)
+    """seed -> objective."""
+    failed: dict[int, str] = field(default_factory=dict)
+    """seed -> why its (latest) trial did not complete."""
+    runs: dict[int, list[str]] = field(default_factory=dict)
+    """seed -> the run directories of its trial, oldest first (an interrupted run, then its continuation)."""
+    iqm: float | None = None
+    ci: tuple[float, float] | None = None
+    rank: int | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "rank": self.rank, "config": self.config, "params": self.params, "iqm": self.iqm,
+            "ci95": list(self.ci) if self.ci else None, "seeds_completed": len(self.values),
+            "values": {str(k): v for k, v in sorted(self.values.items())},
+            "failed": {str(k): v for k, v in sorted(self.failed.items())},
+            "runs": {str(k): v for k, v in sorted(self.runs.items())},
+        }  # fmt: skip
+
+
+def collect(study: Any, objective: Objective) -> list[ConfigResult]:
+    """Every configuration of the study with its seeds' latest trials, ranked best first (those with no completed
+    seed last)."""
+    from optuna.trial import TrialState
+
+    trials = sorted(study.get_trials(deepcopy=False), key=lambda t: t.number)
+    by_number = {t.number: t for t in trials}
+    configs: dict[int, ConfigResult] = {}
+    for t in trials:
+        if "config" not in t.user_attrs or t.state in (TrialState.WAITING, TrialState.RUNNING):
+            continue
+        config, seed = int(t.user_attrs["config"]), int(t.user_attrs["seed"])
+        result = configs.setdefault(config, ConfigResult(config, dict(t.params)))
+        result.runs[seed] = _run_chain(t, by_number)
+        if t.state == TrialState.COMPLETE and t.value is not None:  # the latest trial of a seed wins
+            result.values[seed] = float(t.value)
+            result.failed.pop(seed, None)
+        elif seed not in result.values:
+            result.failed[seed] = t.user_attrs.get("fail_reason", t.state.name.lower())
+    results = list(configs.values())
+    for r in results:
+        if r.values:
+            scores = np.array(list(r.values.values()))
+            r.iqm = iqm(scores)
+            r.ci = stratified_bootstrap_ci(scores) if len(scores) > 1 else (r.iqm, r.iqm)
+    sign = -1.0 if objective.direction == "maximize" else 1.0
+    results.sort(key=lambda r: (r.iqm is None, sign * r.iqm if r.iqm is not None else 0.0, r.config))
+    for rank, r in enumerate(results, 1):
+        r.rank = rank
+    return results
+
+
+def _run_chain(trial: Any, by_number: dict[int, Any]) -> list[str]:
+    chain: list[str] = []
+    t = trial
+    while t is not None:
+        if t.user_attrs.get("run_dir"):
+            chain.insert(0, t.user_attrs["run_dir"])
+        t = by_number.get(t.user_attrs["continues"]) if "continues" in t.user_attrs else None
+    return chain
+
+
+def write_report(study: Any, objective: Objective, sweep_dir: Path, command: str) -> list[ConfigResult]:
+    """report.json, report.md and the plots in <sweep dir>/report/; returns the ranking."""
+    from mjfleet.sweep.report_plots import plot_importances, plot_learning_curves
+
+    results = collect(study, objective)
+    out = sweep_dir / "report"
+    out.mkdir(parents=True, exist_ok=True)
+    plots = {
+        "learning_curves": plot_learning_curves(results, out / "learning_curves.png"),
+        "importances": plot_importances(study, out / "importances.png"),
+    }
+    report = {
+        "objective": objective.name, "direction": objective.direction, "command": command,
+        "configurations": [r.as_dict() for r in results], "plots": plots,
+    }  # fmt: skip
+    atomic_write_text(out / "report.json", json.dumps(report, indent=2) + "\n")
+    atomic_write_text(out / "report.md", ranking_table(results, objective, command, plots) + "\n")
+    return results
+
+
+def ranking_table(results: list[ConfigResult], objective: Objective, command: str = "", plots=None) -> str:
+    """The ranking as a markdown table: rank, IQM [95% CI], seeds completed, parameters, failures."""
+    lines = []
+    if command:
+        lines += [f"Sweep: `{command}`", ""]
+    better = "higher" if objective.direction == "maximize" else "lower"
+    lines += [
+        f"Objective: {objective.name} ({better} is better), IQM over seeds with a 95% bootstrap interval.",
+        "",
+    ]
+    names = sorted({k for r in results for k in r.params})
+    lines.append(
+        "| rank | config | "
+        + " | ".join([f"{objective.name} IQM", "95% CI", "seeds", *names, "failed"])
+        + " |"
+    )
+    lines.append("|" + "---|" * (5 + len(names) + 1))
+    for r in results:
+        ci = f"[{r.ci[0]:.4g}, {r.ci[1]:.4g}]" if r.ci else "-"
+        score = f"{r.iqm:.4g}" if r.iqm is not None else "-"
+        failed = "; ".join(f"seed {s}: {why}" for s, why in sorted(r.failed.items())) or ""
+        cells = [
+            str(r.rank),
+            str(r.config),
+            score,
+            ci,
+            str(len(r.values)),
+            *[_show(r.params.get(n)) for n in names],
+            failed,
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    for name, path in (plots or {}).items():
+        lines += ["", f"{name}: {path}" if path else f"{name}: not drawn (too few completed trials)"]
+    return "\n".join(lines)
+
+
+def _show(value: Any) -> str:
+    return f"{value:.4g}" if isinstance(value, float) else str(value)

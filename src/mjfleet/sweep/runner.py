@@ -1,0 +1,155 @@
+"""Runs a sweep's trials on its slots: one thread per slot takes the study's next trial, runs it (trial.py) and
+tells the study how it ended, until the study has no more trials or the sweep is stopped.
+
+Ctrl-C (or SIGTERM, or Slurm's time-limit warning): no new trial starts; every running train is asked to stop
+(it saves a checkpoint), its trial is marked interrupted (failed, with that reason, in the study) and `sweep
+--resume <dir>` continues it from that checkpoint. A second Ctrl-C kills the running trials at once.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from mjfleet.sweep.slots import Slot
+from mjfleet.sweep.study import TrialQueue
+from mjfleet.sweep.trial import Outcome, SweepSpec, TrialProcess
+
+RETIRE_AFTER = 2
+"""A slot whose trials fail this many times in a row before their first iteration (an unreachable host, a GPU that
+is gone) takes no more trials; the others go on."""
+
+EVAL_ATTRS = ("mean_return", "std_return", "mean_episode_length", "episodes")
+
+
+@dataclass
+class Pruning:
+    """The median pruner's view of one trial: each periodic evaluation reported, then asked about."""
+
+    trial: Any
+    key: str
+
+    def __call__(self, iteration: int, value: float) -> bool:
+        self.trial.report(value, iteration)
+        return self.trial.should_prune()
+
+
+class SweepRunner:
+    """The slots' threads, the stop and the study's bookkeeping of every trial's end."""
+
+    def __init__(self, spec: SweepSpec, slots: list[Slot], queue: TrialQueue, prune: bool = False) -> None:
+        self.spec, self.slots, self.queue, self.prune = spec, slots, queue, prune
+        self.stop = threading.Event()
+        self.running: dict[int, TrialProcess] = {}
+        self.lock = threading.Lock()
+        self.ended: dict[str, int] = {}
+        self.signal_count = 0
+        self.stop_signal: int | None = None
+        """The signal that stopped the sweep (SIGUSR1: Slurm's time-limit warning, after which it requeues)."""
+
+    def run(self) -> bool:
+        """Run until done or stopped; True when it was stopped (Ctrl-C, SIGTERM)."""
+        previous = {
+            s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)
+        }
+        threads = [
+            threading.Thread(target=self._slot_loop, args=(slot,), name=slot.name, daemon=True)
+            for slot in self.slots
+        ]
+        try:
+            for t in threads:
+                t.start()
+            while any(t.is_alive() for t in threads):
+                for t in threads:
+                    t.join(timeout=0.2)  # short waits: the main thread must be free to take the signals
+        finally:
+            for s, handler in previous.items():
+                signal.signal(s, handler)
+        return self.stop.is_set()
+
+    def _on_signal(self, signum: int, _frame: Any) -> None:
+        self.signal_count += 1
+        with self.lock:
+            running = list(self.running.values())
+        if self.signal_count == 1:
+            self.stop_signal = signum
+            self.stop.set()
+            name = signal.Signals(signum).name
+            print(f"sweep: {name}: stopping; the {len(running)} running trial(s) save a checkpoint "
+                  "(again to kill them now)", file=sys.stderr, flush=True)  # fmt: skip
+            for proc in running:
+                proc.stop()
+        elif not (signum == signal.SIGINT and self.signal_count == 2 and self._within_a_second()):
+            for proc in running:
+                proc.kill()
+        self._last_signal = time.monotonic()
+
+    def _within_a_second(self) -> bool:
+        # `uv run` passes on the Ctrl-C the terminal already sent to the whole group: one Ctrl-C arrives twice.
+        return time.monotonic() - getattr(self, "_last_signal", 0.0) < 1.0
+
+    def _slot_loop(self, slot: Slot) -> None:
+        failures_before_start = 0
+        while not self.stop.is_set():
+            nxt = self.queue.next()
+            if nxt is None:
+                return
+            trial = nxt.trial
+            proc = TrialProcess(
+                self.spec, slot, trial.number, nxt.config, nxt.seed, dict(trial.params), nxt.resume_run
+            )
+            with self.lock:
+                self.running[trial.number] = proc
+            if self.stop.is_set():  # stopped while this trial was being asked for
+                proc.stopping.set()
+            trial.set_user_attr("slot", slot.name)
+            key = self.spec.objective.periodic_key() if self.prune else None
+            started = time.monotonic()
+            try:
+                outcome = (
+                    Outcome("interrupted", reason="interrupted before it started")
+                    if proc.stopping.is_set()
+                    else proc.run(
+                        lambda path, t=trial: t.set_user_attr("run_dir", path),
+                        Pruning(trial, key) if key else None,
+                    )
+                )
+            except Exception as exc:  # a trial's own failure must not end the other slots' trials
+                outcome = Outcome("failed", reason=f"{type(exc).__name__}: {exc}")
+            finally:
+                with self.lock:
+                    self.running.pop(trial.number, None)
+            self._tell(trial, outcome, nxt.config, nxt.seed, slot, time.monotonic() - started)
+            failures_before_start = (
+                failures_before_start + 1 if outcome.state == "failed" and not outcome.iterations else 0
+            )
+            if failures_before_start >= RETIRE_AFTER:
+                print(f"sweep: slot {slot.name} takes no more trials: {RETIRE_AFTER} failed before their first "
+                      f"iteration (last: {outcome.reason})", file=sys.stderr, flush=True)  # fmt: skip
+                return
+
+    def _tell(self, trial: Any, outcome: Outcome, config: int, seed: int, slot: Slot, seconds: float) -> None:
+        from optuna.trial import TrialState
+
+        if outcome.run_dir:
+            trial.set_user_attr("run_dir", outcome.run_dir)
+        trial.set_user_attr("seconds", round(seconds, 1))
+        label = f"trial {trial.number} (config {config}, seed {seed}) on {slot.name}"
+        if outcome.state == "complete":
+            trial.set_user_attr("eval", {k: outcome.summary.get(k) for k in EVAL_ATTRS})
+            self.queue.study.tell(trial, outcome.value)
+            line = f"{label}: {self.spec.objective.name} {outcome.value:.4g} ({seconds:.0f} s)"
+        else:
+            trial.set_user_attr("fail_reason", outcome.reason)
+            if outcome.state == "interrupted":
+                trial.set_user_attr("interrupted", True)
+            state = TrialState.PRUNED if outcome.state == "pruned" else TrialState.FAIL
+            self.queue.study.tell(trial, state=state)
+            line = f"{label}: {outcome.state}: {outcome.reason}"
+        with self.lock:
+            self.ended[outcome.state] = self.ended.get(outcome.state, 0) + 1
+        print(f"sweep: {line}", flush=True)

@@ -1,0 +1,236 @@
+"""`sweep`'s parts that need no training: parameters and their distributions, the objective, bad input (one line,
+exit 2, before any trial), the study as a queue of configurations and seeds, recovery of interrupted trials, and
+the report's statistics (IQM and the bootstrap interval) and ranking."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from helpers import assert_usage_exit, needs_infrastructure
+
+from mjfleet.cli import sweep as sweep_cli
+from mjfleet.errors import UsageError
+from mjfleet.sweep.objective import parse_objective
+from mjfleet.sweep.params import parse_param, parse_params
+from mjfleet.sweep.report import collect, ranking_table
+from mjfleet.sweep.stats import iqm, stratified_bootstrap_ci
+from mjfleet.sweep.study import STUDY_NAME, TrialQueue
+
+try:
+    import optuna
+except ImportError:  # the sweep extra is not installed: tests that need it skip (fail under CI)
+    optuna = None
+NEEDS_OPTUNA = needs_infrastructure(
+    lambda: None if optuna else "the sweep extra is missing: uv sync --extra sweep"
+)
+
+LR = "agent.ppo.learning-rate"
+TINY = ["Cartpole-Balance", "--gpu-ids", "None", "--slots", "1", "--iterations", "1"]
+
+
+def test_each_distribution_is_read_into_its_bounds_or_choices():
+    assert parse_param(f"{LR}=loguniform:1e-4:1e-2").low == pytest.approx(1e-4)
+    assert parse_param("agent.ppo.num-learning-epochs=int:1:8").probe_values() == ["1", "8"]
+    alive = parse_param("env.rewards.alive=choice:0.5,1,2")
+    assert alive.kind == "choice" and alive.choices == ("0.5", "1", "2")
+    assert alive.flags("2") == ["--env.rewards.alive", "2"]
+
+
+@pytest.mark.parametrize(
+    ("text", "needle"),
+    [
+        (f"{LR}", "write PATH=DISTRIBUTION"),
+        (f"{LR}=lognormal:1:2", "unknown distribution 'lognormal'"),
+        (f"{LR}=loguniform:1e-2", "write loguniform:LOW:HIGH"),
+        (f"{LR}=loguniform:0:1", "needs LOW > 0"),
+        (f"{LR}=uniform:2:1", "needs LOW < HIGH"),
+        ("agent.ppo.num-mini-batches=int:1:2.5", "bounds must be integers"),
+        ("env.rewards.alive=choice:1,,2", "no empty values"),
+        ("seed=int:0:5", "the sweep sets this flag itself"),
+    ],
+)
+def test_a_malformed_parameter_is_a_usage_error_naming_it(text, needle):
+    with pytest.raises(UsageError, match=needle):
+        parse_param(text)
+
+
+def test_a_parameter_given_twice_is_refused():
+    with pytest.raises(UsageError, match="given twice"):
+        parse_params([f"{LR}=uniform:0.1:0.2", f"{LR}=uniform:0.3:0.4"])
+
+
+def test_the_objective_reads_evaluation_numbers_with_the_direction_that_means_better():
+    summary = {
+        "mean_return": 12.5,
+        "metrics": {"lin_vel_error": 0.25},
+        "terminations": {"time_out": 3, "fell": 5},
+    }
+    assert parse_objective("mean_return", "auto").direction == "maximize"
+    error = parse_objective("metrics.lin_vel_error", "auto")
+    assert (error.direction, error.value(summary)) == ("minimize", 0.25)
+    assert parse_objective("early_terminations", "auto").value(summary) == 5.0
+    assert parse_objective("terminations.fell", "auto").value(summary) == 5.0
+    with pytest.raises(UsageError, match="does not report it"):
+        parse_objective("mean_reward", "auto")
+
+
+def test_iqm_is_the_mean_of_the_middle_half_and_the_interval_holds_it():
+    scores = np.array([0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 100.0])
+    assert iqm(scores) == pytest.approx(np.mean([2.0, 3.0, 4.0, 5.0]))  # scipy's trim_mean(x, 0.25)
+    assert iqm(np.array([1.0, 2.0, 9.0])) == pytest.approx(4.0)  # fewer than four runs: nothing is trimmed
+    low, high = stratified_bootstrap_ci(scores)
+    assert low <= iqm(scores) <= high
+    wide = stratified_bootstrap_ci(np.array([0.0, 10.0, 0.0, 10.0]))
+    narrow = stratified_bootstrap_ci(np.array([4.9, 5.1, 4.9, 5.1]))
+    assert narrow[1] - narrow[0] < wide[1] - wide[0]
+
+
+def _queue(configs: int, seeds: int) -> TrialQueue:
+    storage = optuna.storages.InMemoryStorage()
+    study = optuna.create_study(
+        study_name=STUDY_NAME, storage=storage, sampler=optuna.samplers.RandomSampler(seed=0)
+    )
+    return TrialQueue(study, storage, parse_params([f"{LR}=loguniform:1e-4:1e-2"]), configs, seeds, seed=7)
+
+
+@NEEDS_OPTUNA
+def test_the_queue_hands_out_each_configuration_once_per_seed_then_stops():
+    queue = _queue(configs=3, seeds=2)
+    handed = []
+    while (nxt := queue.next()) is not None:
+        handed.append((nxt.config, nxt.seed, nxt.trial.params[LR]))
+        queue.study.tell(nxt.trial, 1.0)
+    assert len(handed) == 6
+    by_config: dict[int, list] = {}
+    for config, seed, lr in handed:
+        by_config.setdefault(config, []).append((seed, lr))
+    assert len(by_config) == 3
+    for runs in by_config.values():
+        assert sorted(seed for seed, _ in runs) == [7, 8]
+        assert len({lr for _, lr in runs}) == 1  # the seeds of one configuration share its parameters
+
+
+@NEEDS_OPTUNA
+def test_an_interrupted_trial_is_continued_from_its_run_directory(tmp_path):
+    queue = _queue(configs=1, seeds=1)
+    first = queue.next()
+    assert first is not None
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "model_3.pt").write_bytes(b"")
+    first.trial.set_user_attr("run_dir", str(run_dir))
+    # the sweep died while it ran (kill -9, a Slurm requeue): its RUNNING trial is this owner's and stale
+    assert queue.recover(stale=True) == [first.trial.number]
+    again = queue.next()
+    assert again is not None and again.resume_run == str(run_dir)
+    assert (again.config, again.seed) == (first.config, first.seed)
+    assert again.trial.params == first.trial.params
+    assert queue.recover(stale=False) == []  # continued already: not twice
+
+
+def _trial(lr: float, config: int, seed: int, value: float | None, reason: str = ""):
+    from optuna.distributions import FloatDistribution
+    from optuna.trial import TrialState, create_trial
+
+    attrs = {"config": config, "seed": seed} | ({"fail_reason": reason} if reason else {})
+    return create_trial(
+        params={LR: lr}, distributions={LR: FloatDistribution(1e-5, 20.0, log=True)}, value=value,
+        state=TrialState.COMPLETE if value is not None else TrialState.FAIL, user_attrs=attrs,
+    )  # fmt: skip
+
+
+@NEEDS_OPTUNA
+def test_the_report_ranks_configurations_by_their_iqm_over_seeds_failures_last():
+    study = optuna.create_study(direction="maximize")
+    for t in [
+        _trial(1e-3, 0, 0, 200.0), _trial(1e-3, 0, 1, 210.0), _trial(1e-3, 0, 2, 190.0),
+        _trial(10.0, 3, 0, 20.0), _trial(10.0, 3, 1, 25.0), _trial(10.0, 3, 2, 15.0),
+        _trial(3e-3, 6, 0, 240.0), _trial(3e-3, 6, 1, None, "train was killed by SIGKILL: (no output)"),
+        _trial(5.0, 9, 0, None, "the evaluation's mean_return is nan"),
+    ]:  # fmt: skip
+        study.add_trial(t)
+    ranked = collect(study, parse_objective("mean_return", "auto"))
+    assert [r.config for r in ranked] == [6, 0, 3, 9]
+    assert ranked[1].iqm == pytest.approx(200.0) and ranked[1].ci[0] <= 200.0 <= ranked[1].ci[1]
+    assert ranked[0].failed == {1: "train was killed by SIGKILL: (no output)"}
+    assert ranked[-1].iqm is None
+    table = ranking_table(ranked, parse_objective("mean_return", "auto"))
+    assert "the evaluation's mean_return is nan" in table
+
+
+@pytest.mark.parametrize(
+    ("args", "needles"),
+    [
+        (
+            ["--param=agent.ppo.learnin-rate=loguniform:1e-4:1e-2"],
+            ["--param agent.ppo.learnin-rate", "did you mean"],
+        ),
+        ([f"--param={LR}=loguniform:1e-4"], [f"--param {LR}", "loguniform:LOW:HIGH"]),
+        ([f"--param={LR}=choice:1e-3,fast"], [f"--param {LR}=fast"]),
+        ([f"--param={LR}=uniform:0.1:0.2", "--objective", "mean_reward"], ["--objective 'mean_reward'"]),
+        (
+            [f"--param={LR}=uniform:0.1:0.2", "--storage", "sqlite:////nonexistent/dir/study.db"],
+            ["--storage sqlite:////nonexistent/dir/study.db: cannot open"],
+        ),
+        ([f"--param={LR}=uniform:0.1:0.2", "--", "--num-envs", "zero"], ["train flags --num-envs zero"]),
+        ([f"--param={LR}=uniform:0.1:0.2", "--", "--seed", "3"], ["--seed after --"]),
+        ([f"--param={LR}=uniform:0.1:0.2", "--sampler", "grid"], ["--sampler grid needs choice:"]),
+        ([f"--param={LR}=uniform:0.1:0.2", "--hosts", "no-such-host.invalid"], ["--hosts: cannot resolve"]),
+    ],
+    ids=[
+        "unknown-path",
+        "malformed",
+        "bad-choice",
+        "objective",
+        "storage",
+        "train-flag",
+        "reserved",
+        "grid",
+        "host",
+    ],
+)
+@NEEDS_OPTUNA
+def test_bad_input_is_one_line_and_exit_2_before_any_trial(args, needles, tmp_path, capsys):
+    sweep_dir = tmp_path / "sweep"
+    with pytest.raises(SystemExit) as exit_info:
+        sweep_cli.main([*TINY[:1], "--sweep-dir", str(sweep_dir), *TINY[1:], *args])
+    assert_usage_exit(exit_info, capsys.readouterr().err, *needles)
+    assert not (sweep_dir / "runs").exists() and not (sweep_dir / "sweep.json").exists()
+
+
+@NEEDS_OPTUNA
+def test_an_objective_the_tasks_evaluation_does_not_report_is_found_before_any_trial(tmp_path, capsys):
+    sweep_dir = tmp_path / "sweep"
+    with pytest.raises(SystemExit) as exit_info:
+        sweep_cli.main([*TINY, "--sweep-dir", str(sweep_dir), f"--param={LR}=uniform:0.1:0.2",
+                        "--objective", "metrics.lin_vel_error"])  # fmt: skip
+    assert_usage_exit(exit_info, capsys.readouterr().err, "--objective metrics.lin_vel_error",
+                      "Cartpole-Balance's evaluation does not report it")  # fmt: skip
+    assert not sweep_dir.exists()
+
+
+@NEEDS_OPTUNA
+def test_resume_of_a_directory_that_holds_no_sweep_says_so(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        sweep_cli.main(["--resume", str(tmp_path)])
+    assert_usage_exit(exit_info, capsys.readouterr().err, "not a sweep directory")
+
+
+@NEEDS_OPTUNA
+def test_a_directory_of_another_sweep_is_not_joined(tmp_path, capsys):
+    (tmp_path / "sweep.json").write_text(json.dumps({"argv": ["Cartpole-Balance", "--trials", "3"]}))
+    with pytest.raises(SystemExit) as exit_info:
+        sweep_cli.main([*TINY, "--sweep-dir", str(tmp_path), f"--param={LR}=uniform:0.1:0.2"])
+    assert_usage_exit(exit_info, capsys.readouterr().err, "holds another sweep")
+
+
+@NEEDS_OPTUNA
+def test_an_evaluation_command_for_a_task_without_commands_is_refused_before_any_trial(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        sweep_cli.main([*TINY, "--sweep-dir", str(tmp_path / "s"), f"--param={LR}=uniform:0.1:0.2",
+                        "--eval-command", "0.8", "0", "0"])  # fmt: skip
+    assert_usage_exit(
+        exit_info, capsys.readouterr().err, "--eval-command: Cartpole-Balance takes no velocity command"
+    )
