@@ -82,6 +82,7 @@ def test_every_test_ci_names_exists_and_is_marked_slow_for_its_second_step():
             marks = [ast.unparse(d) for d in function.decorator_list]
             # a parametrized case may carry the mark itself: pytest.param("sac", marks=pytest.mark.slow)
             case_marked = any(f"pytest.param('{param}', marks=pytest.mark.slow)" in m for m in marks if param)
-            assert "pytest.mark.slow" in marks or case_marked, (
+            module_marked = re.search(r"^pytestmark = .*pytest\.mark\.slow", (root / path).read_text(), re.M)
+            assert "pytest.mark.slow" in marks or case_marked or module_marked, (
                 f"{path}::{name} is not marked slow: CI's `-m slow` skips it"
             )
