@@ -1,20 +1,34 @@
-"""mjfleet vs mjlab on this machine, in one invocation: Cartpole-Balance training throughput at the same env count.
+"""mjfleet beside mjlab 1.6 on the same robot, same env count, same device, in one invocation: env-steps/s of the
+physics, the env step and training for both, and mjfleet's ratio to mjlab.
 
-    uv run python scripts/vs_mjlab.py                       # 64 envs on CPU, 2 rounds, mjlab 1.6
-    uv run python scripts/vs_mjlab.py --num-envs 64 256 --rounds 3 --iterations 40
+    uv run python scripts/vs_mjlab.py go1 g1 --num-envs 256          # the CPU figures in docs/benchmarks.md
+    uv run python scripts/vs_mjlab.py cartpole --num-envs 64 --rounds 3
+    uv run python scripts/vs_mjlab.py g1 --device cuda:0 --num-envs 4096
 
-mjlab runs from its own virtual environment (made once with uv, outside the project: by default
-~/.cache/mjfleet/mjlab-<version>; `--mjlab-venv` points elsewhere), so neither project's pins touch the other's.
-Each round trains mjlab's `Mjlab-Cartpole-Balance` and runs `bench Cartpole-Balance` (training phase) back to
-back, on CPU (`--gpu-ids None`) with the same envs and rollout length; mjlab keeps its own defaults otherwise
-(torch threads, network 64-64, 5 epochs x 4 minibatches, like mjfleet's task). mjlab's rate is the mean of
-the "Steps per second" lines it prints, after `--skip` warm-up iterations; mjfleet's is bench's mean over its
-timed iterations. The ratio divides the two means of the same round.
+Robots (mjlab's task / mjfleet's): go1 Mjlab-Velocity-Flat-Unitree-Go1 / Go1-Velocity-Flat, g1
+Mjlab-Velocity-Flat-Unitree-G1 / G1-Velocity-Flat, cartpole Mjlab-Cartpole-Balance / Cartpole-Balance. mjfleet's
+robots must be fetched first (`uv run robots fetch unitree-go1`).
+
+mjlab runs from a virtual environment of its own, made once with uv outside the project (default
+<mjfleet cache>/mjlab-<version>, `--mjlab-venv` elsewhere), with its own warp kernel cache there: it is never
+imported into mjfleet's environment. Its torch is the version mjfleet's lock has (uv's cache holds it already).
+Per robot and round, both sides are measured back to back (mjlab first in odd rounds, mjfleet first in even ones):
+
+- mjlab: physics and env from scripts/vs_mjlab_probe.py run by mjlab's Python (random actions; time inside
+  `sim.step()` and whole blocks), training from mjlab's own `train` command: the mean of the "Steps per second"
+  lines it prints after `--skip` warm-up iterations.
+- mjfleet: `bench <task>` with the same env count, steps per block, blocks and timed iterations, and mjlab's
+  networks (512-256-128 for the robots; bench's CPU default is smaller). Its means over the timed blocks.
+
+Each side keeps its own torch thread policy (mjlab: torch's default, every core; mjfleet: bench's, as `train`).
+The ratio divides the two means of the same round; the last lines give each ratio's median over the rounds.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import importlib.metadata
 import json
 import os
 import pathlib
@@ -25,134 +39,183 @@ import subprocess
 import sys
 import tempfile
 
+HERE = pathlib.Path(__file__).resolve().parent
 STEPS_PER_S = re.compile(r"Steps per second:\s*([\d.]+)")
+PHASES = ("physics", "env", "training")
+MJLAB_NETWORKS = (
+    "512",
+    "256",
+    "128",
+)  # mjlab 1.6.0 tasks/velocity/config/{go1,g1}/rl_cfg.py: actor and critic
 
 
-def mjlab_venv(path: pathlib.Path, version: str) -> pathlib.Path:
-    """The venv's `train` script, creating the venv with uv on first use."""
-    train = path / "bin" / "train"
-    if train.exists():
-        return train
-    uv = shutil.which("uv")
-    if uv is None:
-        raise SystemExit("error: uv is needed to create mjlab's virtual environment")
-    import torch  # mjlab's torch = this project's torch: uv's cache has it, no second download
+@dataclasses.dataclass(frozen=True)
+class Pair:
+    """One robot's task in each project, and the mjfleet flags that give it mjlab's settings."""
 
-    torch_version = torch.__version__.split("+")[0]
-    print(f"creating {path} (mjlab {version}, torch {torch_version})", flush=True)
-    subprocess.run(
-        [uv, "venv", "-q", "-p", f"{sys.version_info.major}.{sys.version_info.minor}", str(path)], check=True
-    )
-    env = {**os.environ, "VIRTUAL_ENV": str(path)}
-    subprocess.run(
-        [uv, "pip", "install", "-q", f"mjlab=={version}", f"torch=={torch_version}"], check=True, env=env
-    )
-    return train
+    mjlab: str
+    mjfleet: str
+    mjfleet_flags: tuple[str, ...] = ()
 
 
-def run_mjlab(train: pathlib.Path, num_envs: int, steps: int, iterations: int, skip: int) -> list[float]:
-    with tempfile.TemporaryDirectory() as cwd:  # mjlab writes its logs/ under the working directory
-        proc = subprocess.run(
-            [
-                str(train),
-                "Mjlab-Cartpole-Balance",
-                "--gpu-ids",
-                "None",
-                "--env.scene.num-envs",
-                str(num_envs),
-                "--agent.num-steps-per-env",
-                str(steps),
-                "--agent.max-iterations",
-                str(iterations),
-                "--agent.logger",
-                "tensorboard",
-            ],
-            cwd=cwd,
-            capture_output=True,
-            text=True,
-        )
-    rates = [float(x) for x in STEPS_PER_S.findall(proc.stdout)]
-    if proc.returncode != 0 or len(rates) <= skip:
-        tail = (proc.stdout + proc.stderr).strip().splitlines()[-15:]
-        raise SystemExit(f"error: mjlab failed ({proc.returncode}):\n" + "\n".join(tail))
-    return rates[skip:]
+NETWORKS = ("--agent.actor.hidden-dims", *MJLAB_NETWORKS, "--agent.critic.hidden-dims", *MJLAB_NETWORKS)
+PAIRS = {
+    "go1": Pair("Mjlab-Velocity-Flat-Unitree-Go1", "Go1-Velocity-Flat", NETWORKS),
+    "g1": Pair("Mjlab-Velocity-Flat-Unitree-G1", "G1-Velocity-Flat", NETWORKS),
+    "cartpole": Pair("Mjlab-Cartpole-Balance", "Cartpole-Balance"),
+}
 
 
-def run_mjfleet(num_envs: int, steps: int, iterations: int) -> dict:
-    bench = pathlib.Path(sys.executable).parent / "bench"
-    with tempfile.TemporaryDirectory() as tmp:
-        out = pathlib.Path(tmp) / "bench.json"
-        proc = subprocess.run(
-            [
-                str(bench),
-                "Cartpole-Balance",
-                "--gpu-ids",
-                "None",
-                "--num-envs",
-                str(num_envs),
-                "--agent.num-steps-per-env",
-                str(steps),
-                "--iterations",
-                str(iterations),
-                "--json",
-                str(out),
-            ],
-            capture_output=True,
-            text=True,
-        )
-        if proc.returncode != 0:
-            raise SystemExit(
-                f"error: bench failed ({proc.returncode}):\n{proc.stdout[-2000:]}{proc.stderr[-2000:]}"
-            )
-        result = json.loads(out.read_text())
-    (point,) = result["runs"][0]["points"]
-    return {**point["training"], "plan": result["runs"][0]["plan"]}
+class OneLineParser(argparse.ArgumentParser):
+    def error(self, message: str):  # one line and status 2, not argparse's usage block
+        self.exit(2, f"vs_mjlab.py: error: {message}\n")
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--num-envs", type=int, nargs="+", default=[64])
-    parser.add_argument(
-        "--steps-per-env", type=int, default=24, help="rollout length of both (mjfleet's default)"
-    )
-    parser.add_argument(
-        "--iterations", type=int, default=30, help="mjlab iterations (mjfleet: a third of them)"
-    )
-    parser.add_argument("--skip", type=int, default=3, help="mjlab's first iterations left out (warm-up)")
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = OneLineParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("robots", nargs="+", choices=sorted(PAIRS), metavar="robot", help=", ".join(PAIRS))
+    parser.add_argument("--num-envs", type=int, default=256)
+    parser.add_argument("--device", default="cpu", help="cpu or cuda:N, for both sides")
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--iterations", type=int, default=3, help="timed training iterations, each side")
+    parser.add_argument("--skip", type=int, default=2, help="mjlab's first iterations left out (warm-up)")
+    parser.add_argument("--steps", type=int, default=50, help="env steps per timed physics/env block")
+    parser.add_argument("--repeats", type=int, default=2, help="timed physics/env blocks, each side")
     parser.add_argument("--mjlab-version", default="1.6.0")
     parser.add_argument("--mjlab-venv", type=pathlib.Path, default=None)
-    parser.add_argument("--json", type=pathlib.Path, default=None)
-    args = parser.parse_args()
-    if min(args.num_envs) < 1 or args.rounds < 1 or args.iterations <= args.skip:
-        parser.error("--num-envs and --rounds must be >= 1 and --iterations > --skip")
-    cache = pathlib.Path(os.environ.get("MJFLEET_CACHE_DIR", pathlib.Path.home() / ".cache" / "mjfleet"))
-    train = mjlab_venv(args.mjlab_venv or cache / f"mjlab-{args.mjlab_version}", args.mjlab_version)
+    parser.add_argument("--json", type=pathlib.Path, default=None, help="also write every figure here")
+    args = parser.parse_args(argv)
+    for name in ("num_envs", "rounds", "iterations", "steps", "repeats"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name.replace('_', '-')} must be at least 1, not {getattr(args, name)}")
+    if args.skip < 0:
+        parser.error(f"--skip must be at least 0, not {args.skip}")
+    if not re.fullmatch(r"cpu|cuda:\d+", args.device):
+        parser.error(f"--device must be cpu or cuda:N, not {args.device!r}")
+    return args
 
+
+def mjlab_training_rates(stdout: str, skip: int) -> list[float]:
+    """The env-steps/s of mjlab's iterations after the first `skip` (its log's "Steps per second" lines)."""
+    return [float(x) for x in STEPS_PER_S.findall(stdout)][skip:]
+
+
+def probe_rates(line: str) -> dict[str, float]:
+    """Mean physics and env env-steps/s from scripts/vs_mjlab_probe.py's JSON line."""
+    probe = json.loads(line)
+    steps = probe["num_envs"] * probe["steps_per_block"]
+    return {
+        phase: steps * len(probe[f"{phase}_s"]) / sum(probe[f"{phase}_s"]) for phase in ("physics", "env")
+    }
+
+
+def bench_rates(result: dict) -> dict[str, float]:
+    """Mean physics, env and training env-steps/s from `bench --json`'s file (its first env count)."""
+    point = result["runs"][0]["points"][0]
+    return {phase: point[phase]["env_steps_per_s_mean"] for phase in PHASES}
+
+
+def ratios(mjfleet: dict[str, float], mjlab: dict[str, float]) -> dict[str, float]:
+    return {phase: mjfleet[phase] / mjlab[phase] for phase in PHASES}
+
+
+def mjlab_python(path: pathlib.Path, version: str) -> pathlib.Path:
+    """The Python of mjlab's virtual environment, made with uv on first use."""
+    python = path / "bin" / "python"
+    if (path / "bin" / "train").exists():
+        return python
+    uv = shutil.which("uv")
+    if uv is None:
+        raise SystemExit("vs_mjlab.py: error: uv is needed to make mjlab's virtual environment")
+    torch = importlib.metadata.version("torch").split("+")[0]
+    print(f"making {path} (mjlab {version}, torch {torch})", flush=True)
+    subprocess.run([uv, "venv", "-q", "-p", f"{sys.version_info.major}.{sys.version_info.minor}", str(path)],
+                   check=True)  # fmt: skip
+    env = {**os.environ, "VIRTUAL_ENV": str(path)}
+    subprocess.run([uv, "pip", "install", "-q", f"mjlab=={version}", f"torch=={torch}"], check=True, env=env)
+    return python
+
+
+def _run(command: list[str], what: str, **kwargs) -> str:
+    proc = subprocess.run(command, capture_output=True, text=True, **kwargs)
+    if proc.returncode != 0:
+        tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-15:])
+        raise SystemExit(f"vs_mjlab.py: error: {what} failed ({proc.returncode}):\n{tail}")
+    return proc.stdout
+
+
+def run_mjlab(python: pathlib.Path, pair: Pair, args: argparse.Namespace) -> dict[str, float]:
+    # mjlab's own kernel cache: its mujoco_warp is not mjfleet's; no PYTHONPATH of ours
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    env["WARP_CACHE_PATH"] = str(python.parent.parent / "warp-cache")
+    probe = [str(python), str(HERE / "vs_mjlab_probe.py"), pair.mjlab, "--num-envs", str(args.num_envs),
+             "--steps", str(args.steps), "--repeats", str(args.repeats), "--device", args.device]  # fmt: skip
+    (line,) = [
+        x for x in _run(probe, f"mjlab's probe of {pair.mjlab}", env=env).splitlines() if x.startswith("{")
+    ]
+    rates = probe_rates(line)
+    gpu_ids = "None" if args.device == "cpu" else args.device.removeprefix("cuda:")
+    train = [str(python.parent / "train"), pair.mjlab, "--gpu-ids", gpu_ids, "--env.scene.num-envs",
+             str(args.num_envs), "--agent.max-iterations", str(args.skip + args.iterations),
+             "--agent.logger", "tensorboard"]  # fmt: skip
+    with tempfile.TemporaryDirectory() as cwd:  # mjlab writes its logs/ under the working directory
+        trained = mjlab_training_rates(
+            _run(train, f"mjlab's train {pair.mjlab}", cwd=cwd, env=env), args.skip
+        )
+    if len(trained) < args.iterations:
+        raise SystemExit(f"vs_mjlab.py: error: mjlab's train printed {len(trained)} timed iterations")
+    return {**rates, "training": statistics.fmean(trained)}
+
+
+def run_mjfleet(pair: Pair, args: argparse.Namespace) -> dict[str, float]:
+    bench = pathlib.Path(sys.executable).parent / "bench"
+    gpu_ids = "None" if args.device == "cpu" else args.device.removeprefix("cuda:")
+    with tempfile.TemporaryDirectory() as tmp:
+        out = pathlib.Path(tmp) / "bench.json"
+        _run([str(bench), pair.mjfleet, "--gpu-ids", gpu_ids, "--num-envs", str(args.num_envs), "--steps",
+              str(args.steps), "--repeats", str(args.repeats), "--iterations", str(args.iterations), "--quiet",
+              "--json", str(out), *pair.mjfleet_flags], f"bench {pair.mjfleet}")  # fmt: skip
+        return bench_rates(json.loads(out.read_text()))
+
+
+def report(robot: str, round_: int, row: dict, args: argparse.Namespace) -> str:
+    """One round's figures as a small table."""
+    pair = PAIRS[robot]
+    lines = [f"{robot}, {args.num_envs} envs on {args.device}, round {round_}   env-steps/s (means):"]
+    lines.append(f"  {'':34} {'physics':>10} {'env':>10} {'training':>10}")
+    for side, task in (("mjlab", pair.mjlab), ("mjfleet", pair.mjfleet)):
+        lines.append(f"  {side + ' ' + task:34} " + " ".join(f"{row[side][p]:>10,.0f}" for p in PHASES))
+    lines.append(f"  {'mjfleet / mjlab':34} " + " ".join(f"{row['ratio'][p]:>9.2f}x" for p in PHASES))
+    return "\n".join(lines)
+
+
+def medians(rows: list[dict], robot: str) -> str:
+    mine = [r["ratio"] for r in rows if r["robot"] == robot]
+    parts = [f"{p} {statistics.median(x[p] for x in mine):.2f}x" for p in PHASES]
+    return f"{robot}: mjfleet / mjlab, median of {len(mine)} round(s): " + ", ".join(parts)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    from mjfleet.environ import cache_dir  # after parsing: a bad flag costs no import
+
+    python = mjlab_python(args.mjlab_venv or cache_dir() / f"mjlab-{args.mjlab_version}", args.mjlab_version)
     rows = []
-    for num_envs in args.num_envs:
+    for robot in args.robots:
+        pair = PAIRS[robot]
         for round_ in range(1, args.rounds + 1):
-            mjlab = run_mjlab(train, num_envs, args.steps_per_env, args.iterations, args.skip)
-            ours = run_mjfleet(num_envs, args.steps_per_env, max(3, args.iterations // 3))
-            row = {
-                "num_envs": num_envs,
-                "round": round_,
-                "mjlab_mean": statistics.fmean(mjlab),
-                "mjlab_best": max(mjlab),
-                "mjfleet_mean": ours["env_steps_per_s_mean"],
-                "mjfleet_best": ours["env_steps_per_s"],
-                "mjfleet_plan": ours["plan"],
-            }
-            row["ratio_of_means"] = row["mjfleet_mean"] / row["mjlab_mean"]
+            row: dict = {"robot": robot, "round": round_, "num_envs": args.num_envs, "device": args.device}
+            order = ("mjlab", "mjfleet") if round_ % 2 else ("mjfleet", "mjlab")
+            for side in order:
+                row[side] = run_mjlab(python, pair, args) if side == "mjlab" else run_mjfleet(pair, args)
+            row["ratio"] = ratios(row["mjfleet"], row["mjlab"])
             rows.append(row)
-            print(
-                f"{num_envs:>6} envs, round {round_}: mjlab {row['mjlab_mean']:,.0f} (best {row['mjlab_best']:,.0f})"
-                f"  mjfleet {row['mjfleet_mean']:,.0f} (best {row['mjfleet_best']:,.0f})"
-                f"  -> {row['ratio_of_means']:.1f}x   [training env-steps/s, CPU]",
-                flush=True,
-            )
-    if args.json is not None:
-        args.json.write_text(json.dumps({"mjlab_version": args.mjlab_version, "rows": rows}, indent=1))
+            print(report(robot, round_, row, args), flush=True)
+            if args.json is not None:  # after every round: a run stopped later keeps what it measured
+                record = {"mjlab_version": args.mjlab_version, "rows": rows}
+                args.json.write_text(json.dumps(record, indent=1) + "\n")
+    for robot in args.robots:
+        print(medians(rows, robot))
 
 
 if __name__ == "__main__":

@@ -130,3 +130,27 @@ def test_a_descriptions_reward_weights_override_the_tasks_by_term_name():
     assert rewards.feet_air_time == 0.5 and rewards.track_lin_vel_xy == 2.0
     with pytest.raises(UsageError, match="reward_weights air_time are no terms of the velocity task"):
         velocity_flat_config(dataclasses.replace(UNITREE_GO1, reward_weights={"air_time": 0.5}))
+
+
+# mjlab 1.6.0's G1 recipe, read from its wheel (tasks/velocity/velocity_env_cfg.py, config/g1/env_cfgs.py and
+# rl_cfg.py), for the terms mjfleet has; docs/tasks.md's table lists the rest.
+MJLAB_G1_WEIGHTS = {"track_lin_vel_xy": 2.0, "track_ang_vel_z": 2.0, "ang_vel_xy": -0.05, "joint_limits": -1.0,
+                    "action_rate": -0.1, "feet_air_time": 0.0}  # fmt: skip
+NOT_IN_MJLAB_G1 = ("lin_vel_z", "orientation", "torques", "joint_acc", "undesired_contacts")
+
+
+def test_the_g1_task_takes_mjlabs_g1_weights_exploration_and_unclipped_reward():
+    spec = get_task("G1-Velocity-Flat")
+    cfg = spec.env_config()
+    for term, weight in MJLAB_G1_WEIGHTS.items():
+        assert getattr(cfg.rewards, term) == weight, term
+    for term in NOT_IN_MJLAB_G1:
+        assert getattr(cfg.rewards, term) == 0.0, term
+    assert cfg.only_positive_rewards is False and cfg.max_tilt == pytest.approx(np.radians(70.0))
+    for device in ("cpu", "cuda"):
+        agent = spec.default_agent_config(device)
+        assert agent.actor.init_noise_std == 1.0 and agent.ppo.entropy_coef == 0.01  # mjlab g1 rl_cfg.py
+    assert spec.default_agent_config("cuda").actor.hidden_dims == (512, 256, 128)
+    # the Go1 keeps its recipe (the quadruped's clip and penalties)
+    go1 = get_task(TASK).env_config()
+    assert go1.only_positive_rewards is True and go1.rewards.torques != 0.0

@@ -16,6 +16,7 @@ import subprocess
 import sys
 
 import pytest
+from helpers import assert_one_line_usage_error
 
 from mjfleet.deploy.pretrained import CHECKPOINT, PROVENANCE, PROVENANCE_KEYS
 from mjfleet.runs.checkpoints import read_checkpoint
@@ -32,12 +33,14 @@ PLAY_ARGS = "--episodes 4 --num-envs 4 --env.episode-length-s 1"
 HANG_GUARD_S = 900  # generous: the dry run takes about a minute on 2 cores
 
 
-@pytest.fixture(scope="module")
-def stage(tmp_path_factory) -> tuple[subprocess.CompletedProcess, pathlib.Path, pathlib.Path]:
-    base = tmp_path_factory.mktemp("gpu_stage")
+def run_stage(
+    base: pathlib.Path, *stages: str, env: dict[str, str] | None = None
+) -> tuple[subprocess.CompletedProcess, pathlib.Path, pathlib.Path]:
+    """`gpu_checks.sh <stages>` on the CPU with tiny sizes, $OUT and $TMPDIR under `base`: (its result, $OUT,
+    $TMPDIR)."""
     out, scratch = base / "out", base / "tmp"
     scratch.mkdir()
-    env = {
+    environ = {
         **os.environ,
         "OUT": str(out),
         "TMPDIR": str(scratch),
@@ -46,13 +49,19 @@ def stage(tmp_path_factory) -> tuple[subprocess.CompletedProcess, pathlib.Path, 
         "HUMANOID_LEARN_ARGS": LEARN_ARGS,
         "HUMANOID_PLAY_ARGS": PLAY_ARGS,
         "MJFLEET_COMMIT": "0123abc",
+        **(env or {}),
     }
     done = subprocess.run(
-        ["bash", "scripts/gpu_checks.sh", "humanoid-learn"],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=HANG_GUARD_S,
+        ["bash", "scripts/gpu_checks.sh", *stages],
+        cwd=ROOT, env=environ, capture_output=True, text=True, timeout=HANG_GUARD_S,
     )  # fmt: skip
     print(done.stdout[-4000:], done.stderr[-4000:])
     return done, out, scratch
+
+
+@pytest.fixture(scope="module")
+def stage(tmp_path_factory) -> tuple[subprocess.CompletedProcess, pathlib.Path, pathlib.Path]:
+    return run_stage(tmp_path_factory.mktemp("gpu_stage"), "humanoid-learn")
 
 
 pytestmark = pytest.mark.slow
@@ -112,3 +121,26 @@ def test_the_best_checkpoint_is_a_pretrained_policy_with_its_provenance(stage):
     assert "optimizer_state_dict" not in state and "critic_state_dict" not in state
     metadata = json.loads((best / "policy.json").read_text())
     assert metadata["task"] == TASK and metadata["iteration"] == provenance["iteration"]
+
+
+@pytest.mark.parametrize(
+    ("stages", "needle"),
+    [
+        (("tests", "humanoid-learn:h1"), "unknown robot in 'humanoid-learn:h1'"),
+        (("humanoid-learn", "humanoid_learn"), "unknown stage 'humanoid_learn'"),
+    ],
+)
+def test_a_bad_stage_or_robot_is_one_line_and_status_2_before_any_stage_runs(tmp_path, stages, needle):
+    done, out, _ = run_stage(tmp_path, *stages)
+    assert_one_line_usage_error(done, needle)
+    assert not out.exists()  # not even the device's name: nothing ran
+
+
+def test_the_g1_stage_without_its_fetched_robot_says_which_fetch_and_trains_nothing(tmp_path):
+    # The device machine reaches no package index: the robot must come with the call ($MJFLEET_CACHE_DIR)
+    done, out, _ = run_stage(
+        tmp_path, "humanoid-learn:unitree-g1", env={"MJFLEET_CACHE_DIR": str(tmp_path / "c")}
+    )
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert "robots fetch unitree-g1" in done.stderr and "Traceback" not in done.stderr
+    assert not (out / "humanoid_learn.jsonl").exists() and not (out / "pretrained").exists()

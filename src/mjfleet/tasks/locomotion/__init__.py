@@ -21,7 +21,7 @@ from mjfleet.tasks.locomotion.config import (
     play_settings,
     rough_config,
 )
-from mjfleet.tasks.locomotion.described_config import check_fetched, velocity_flat_config
+from mjfleet.tasks.locomotion.described_config import G1_REWARDS, check_fetched, velocity_flat_config
 from mjfleet.tasks.locomotion.terrain import HeightMap, Terrain, TerrainConfig
 from mjfleet.tasks.registry import TaskSpec, register
 
@@ -150,8 +150,11 @@ register_described(
     "G1-Velocity-Flat",
     UNITREE_G1,
     "G1VelocityEnv",
-    "Unitree G1 (`robots fetch unitree-g1`, 29 joints) tracks commanded (vx, vy, yaw rate) on flat ground; the "
-    "Go1's task settings (no humanoid gait terms).",
+    "Unitree G1 (`robots fetch unitree-g1`, 29 joints) tracks commanded (vx, vy, yaw rate) on flat ground; "
+    "mjlab 1.6's G1 recipe where mjfleet has its terms (docs/tasks.md).",
+    # mjlab 1.6.0 g1 env_cfgs.py and velocity_env_cfg.py: its reward weights, its unclipped step reward
+    rewards=G1_REWARDS,
+    only_positive_rewards=False,
 )
 
 __getattr__ = lazy_exports(__name__, {"LocomotionEnv": ENV_CLASS})

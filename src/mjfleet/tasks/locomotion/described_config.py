@@ -38,18 +38,39 @@ REWARDS = LocomotionRewards(
     # term (its upright, pose, foot and collision terms are not mjfleet's): Quadruped-Velocity-Flat's weights
 )
 
+G1_REWARDS = dataclasses.replace(
+    REWARDS,
+    # mjlab/tasks/velocity/config/g1/env_cfgs.py ("mjlab g1"): body_ang_vel -0.05 (the torso's roll and pitch rates;
+    # mjfleet's term takes the base's, the pelvis')
+    ang_vel_xy=-0.05,
+    # The published G1 recipe has no such terms: its vertical velocity sits inside the linear tracking kernel, and
+    # staying upright is paid by a positive kernel (upright), not a penalty; it has no torque, acceleration or
+    # limb-contact penalty. Its upright, pose, foot and self-collision terms have no mjfleet counterpart
+    # (docs/tasks.md, "G1-Velocity-Flat beside mjlab's G1").
+    lin_vel_z=0.0,
+    orientation=0.0,
+    torques=0.0,
+    joint_acc=0.0,
+    undesired_contacts=0.0,
+)
+"""Reward weights of G1-Velocity-Flat: mjlab 1.6's G1 weights where mjfleet has the same term, 0 elsewhere."""
+
 
 def velocity_flat_config(
-    description: RobotDescription, foot_friction: tuple[float, float] = (0.3, 1.2)
+    description: RobotDescription,
+    foot_friction: tuple[float, float] = (0.3, 1.2),
+    rewards: LocomotionRewards = REWARDS,
+    only_positive_rewards: bool = True,
 ) -> LocomotionConfig:
     """The flat-ground velocity task for `description`; `foot_friction`: the range the feet's sliding friction is
-    drawn from (mjlab velocity: foot_friction (0.3, 1.2))."""
+    drawn from (mjlab velocity: foot_friction (0.3, 1.2)); `rewards`: the task's weights, under the description's
+    own; `only_positive_rewards`: clip each step's total at 0 (the quadruped's; mjlab does not clip)."""
     home = description.home
     if home.base_height is None:  # a keyframe's height is known only once the MJCF is read
         raise ValueError(
             f"{description.name}: the velocity task needs home.base_height (not a keyframe) for now"
         )
-    rewards = _with_description_weights(description)
+    rewards = _with_description_weights(description, rewards)
     return LocomotionConfig(
         # mjlab velocity: decimation 4, episode_length_s 20.0, timestep 0.005 (set on the model: described.py)
         decimation=4,
@@ -87,12 +108,12 @@ def velocity_flat_config(
         # (ang_vel 0.2, gravity 0.05, joint_pos 0.01, joint_vel 1.5) are the quadruped's already
         noise=NoiseConfig(lin_vel=0.5, joint_pos_bias=0.015),
         rewards=rewards,
-        # only_positive_rewards: the quadruped's clip at 0 (mjlab does not clip)
+        only_positive_rewards=only_positive_rewards,
     )
 
 
-def _with_description_weights(description: RobotDescription) -> LocomotionRewards:
-    """REWARDS with the description's own `reward_weights` over them (each must name a term of the task)."""
+def _with_description_weights(description: RobotDescription, rewards: LocomotionRewards) -> LocomotionRewards:
+    """`rewards` with the description's own `reward_weights` over them (each must name a term of the task)."""
     known = {f.name for f in dataclasses.fields(LocomotionRewards)}
     unknown = sorted(set(description.reward_weights) - known)
     if unknown:
@@ -100,7 +121,7 @@ def _with_description_weights(description: RobotDescription) -> LocomotionReward
             f"{description.name}: reward_weights {', '.join(unknown)} are no terms of the velocity task "
             f"(its terms: {', '.join(sorted(known))})"
         )
-    return dataclasses.replace(REWARDS, **description.reward_weights)
+    return dataclasses.replace(rewards, **description.reward_weights)
 
 
 def check_fetched(description: RobotDescription) -> None:
