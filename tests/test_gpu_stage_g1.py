@@ -2,7 +2,8 @@
 does for mjfleet's own humanoid: G1-Velocity-Flat trained and judged by the same stage, from a robot cache the call
 brings ($MJFLEET_CACHE_DIR), its best checkpoint brought back as a pretrained policy without an export.
 
-Slow and not run in CI (CI's time is full; the G1's kernels compile for minutes on a cold cache):
+Slow and not run in CI (CI's time is full; 85 s with a warm kernel cache on the 2-core VM, 2026-11-28; a cold
+one not measured):
 `uv run pytest -m slow tests/test_gpu_stage_g1.py`.
 """
 
