@@ -101,7 +101,8 @@ for stage in "$@"; do
         # `humanoid-learn:unitree-g1` trains G1-Velocity-Flat alike. The device machine reaches no package index:
         # fetch the robot here into a folder the call carries (`MJFLEET_CACHE_DIR=$PWD/.gpu/cache uv run robots
         # fetch unitree-g1`, carry .gpu/cache, and set MJFLEET_CACHE_DIR=$PWD/.gpu/cache in the call). A described
-        # robot's policy is not exported (play --export does not cover described robots yet): 2 files fewer.
+        # robot's policy is not exported there: its export copies the robot's meshes (the G1's 19.7 MB,
+        # docs/deploy.md), more files than a call brings back; `play --export` it here from model.pt.
         task=$(humanoid_task "$stage")
         export_flag=(--export)
         if [ "$task" != Humanoid-Velocity-Flat ]; then
