@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from mjfleet.errors import UsageError, first_line
+from mjfleet.runs.checkpoints import checkpoints_in
 from mjfleet.sweep.objective import Objective
 from mjfleet.sweep.params import Param
 
@@ -197,7 +198,7 @@ class TrialQueue:
                 attrs = {k: t.user_attrs[k] for k in ("config", "seed") if k in t.user_attrs}
                 attrs["continues"] = t.number
                 run_dir = t.user_attrs.get("run_dir")
-                if run_dir and any(Path(run_dir).glob("model_*.pt")):
+                if run_dir and checkpoints_in(run_dir):
                     attrs["resume_run"] = run_dir
                 self.study.enqueue_trial(t.params, user_attrs=attrs, skip_if_exists=False)
                 again.append(t.number)

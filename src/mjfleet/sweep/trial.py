@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mjfleet.runs import plots
+from mjfleet.runs.checkpoints import checkpoints_in
 from mjfleet.sweep.objective import Objective, usable
 from mjfleet.sweep.params import Param
 from mjfleet.sweep.slots import Slot
@@ -182,7 +184,7 @@ class TrialProcess:
             return Outcome("interrupted", reason="interrupted: the sweep was stopped", **base)
         if rc != 0 and not (budget_stop and stopped_by_us):
             return Outcome("failed", reason=f"train {exit_reason(rc)}: {last_error_line(self.log)}", **base)
-        if run_dir is None or not any(run_dir.glob("model_*.pt")):
+        if run_dir is None or not checkpoints_in(run_dir):
             return Outcome("failed", reason="train ended without a checkpoint to evaluate", **base)
         return self._evaluate(run_dir, base)
 
@@ -208,16 +210,10 @@ class TrialProcess:
 
 
 def read_metrics(run_dir: Path | None) -> list[dict[str, Any]]:
-    """metrics.jsonl's complete lines (a line being written is skipped until it is whole)."""
+    """metrics.jsonl's complete lines (runs.plots.read_metrics); none while train has not written it yet."""
     if run_dir is None or not (run_dir / "metrics.jsonl").exists():
         return []
-    records = []
-    for line in (run_dir / "metrics.jsonl").read_text().splitlines():
-        try:
-            records.append(json.loads(line))
-        except json.JSONDecodeError:
-            break
-    return records
+    return plots.read_metrics(run_dir)
 
 
 def exit_reason(rc: int) -> str:
