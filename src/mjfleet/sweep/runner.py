@@ -15,6 +15,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from mjfleet.signals import StopSignals
 from mjfleet.sweep.slots import Slot
 from mjfleet.sweep.study import TrialQueue
 from mjfleet.sweep.trial import Outcome, SweepSpec, TrialProcess
@@ -47,7 +48,7 @@ class SweepRunner:
         self.running: dict[int, TrialProcess] = {}
         self.lock = threading.Lock()
         self.ended: dict[str, int] = {}
-        self.signal_count = 0
+        self._signals = StopSignals()
         self.stop_signal: int | None = None
         """The signal that stopped the sweep (SIGUSR1: Slurm's time-limit warning, after which it requeues)."""
 
@@ -72,10 +73,11 @@ class SweepRunner:
         return self.stop.is_set()
 
     def _on_signal(self, signum: int, _frame: Any) -> None:
-        self.signal_count += 1
         with self.lock:
             running = list(self.running.values())
-        if self.signal_count == 1:
+        # `uv run` passes on the Ctrl-C the terminal already sent to the whole group: one Ctrl-C arrives twice.
+        arrived = self._signals.arrived(signum)
+        if arrived == "first":
             self.stop_signal = signum
             self.stop.set()
             name = signal.Signals(signum).name
@@ -83,14 +85,9 @@ class SweepRunner:
                   "(again to kill them now)", file=sys.stderr, flush=True)  # fmt: skip
             for proc in running:
                 proc.stop()
-        elif not (signum == signal.SIGINT and self.signal_count == 2 and self._within_a_second()):
+        elif arrived == "repeat":
             for proc in running:
                 proc.kill()
-        self._last_signal = time.monotonic()
-
-    def _within_a_second(self) -> bool:
-        # `uv run` passes on the Ctrl-C the terminal already sent to the whole group: one Ctrl-C arrives twice.
-        return time.monotonic() - getattr(self, "_last_signal", 0.0) < 1.0
 
     def _slot_loop(self, slot: Slot) -> None:
         failures_before_start = 0
