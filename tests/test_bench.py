@@ -247,14 +247,18 @@ def test_resolve_checks_a_command_and_plans_it_without_measuring():
 def test_peak_rss_starts_a_new_window_per_env_count():
     """bench resets the peak before each env count: a larger count measured before (an in-process
     `--num-envs auto` sweep) does not show in a smaller one's figure."""
-    import numpy as np
+    import mmap
 
     if not machine.reset_peak_rss():
         missing_infrastructure("no /proc/self/clear_refs here (Linux): the peak counts from process start")
     base = machine.peak_rss_bytes()
-    block = np.ones(64 * 2**20 // 8)  # 64 MiB, touched
+    # Fresh pages from the kernel, returned on close: an allocator could instead hand back memory an earlier test
+    # in this process freed but kept resident, raising no peak (it failed once after test_docs, in one process).
+    block = mmap.mmap(-1, 64 * 2**20)
+    for page in range(0, len(block), mmap.PAGESIZE):
+        block[page] = 1  # touched: resident
     assert machine.peak_rss_bytes() >= base + 60 * 2**20
-    del block
+    block.close()
     assert machine.reset_peak_rss()
     assert machine.peak_rss_bytes() < base + 32 * 2**20
 
