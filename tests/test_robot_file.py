@@ -134,3 +134,22 @@ def test_the_bring_your_robot_page_shows_the_example_files_code():
     example = ast.parse(EXAMPLE.read_text())
     example.body = example.body[1:]  # its docstring
     assert ast.dump(ast.parse(listing)) == ast.dump(example)
+
+
+@pytest.mark.slow  # about 110 s on 2 loaded cores (2026-11-28); CI's second step runs it (.ci/run)
+def test_bench_measures_a_robot_file_on_two_workers_that_load_it(robot_cache, tmp_path):
+    """`bench Velocity-Flat --robot FILE`: the 1-worker reference and both workers of the 2-worker run find the
+    robot through the job, as train's workers do; every phase is measured on the described Go1."""
+    shutil.copy(EXAMPLE, tmp_path / "my_go1.py")
+    run_cli("bench", "Velocity-Flat", "--robot", "my_go1.py", "--gpu-ids", "None", "--cpu-workers", "2",
+            "--rounds", "1", "--num-envs", "4", "--iterations", "1", "--steps", "2", "--repeats", "1", "--quiet",
+            "--json", "bench.json", cwd=tmp_path, env={"MJFLEET_CACHE_DIR": str(robot_cache)}, check=True,
+            timeout=900)  # fmt: skip
+    report = json.loads((tmp_path / "bench.json").read_text())
+    assert report["task"] == "Velocity-Flat:my-go1"
+    assert [run["workers"] for run in report["runs"]] == [1, 2]
+    for run in report["runs"]:
+        (point,) = run["points"]
+        assert point["total_envs"] == 4 * run["workers"]
+        assert all(point[phase]["env_steps_per_s"] > 0 for phase in ("physics", "env", "rollout", "training"))
+    assert not (tmp_path / "logs").exists()  # bench measures; it writes no run

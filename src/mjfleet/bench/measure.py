@@ -62,6 +62,8 @@ class BenchJob:
     """time.time() when the launcher started the workers (several workers), for the start-up time."""
     quiet: bool = False
     """No progress lines from rank 0."""
+    task_modules: tuple[str, ...] = ()
+    """Modules (and a --robot file) that register tasks, imported by each worker before it looks up `task`."""
 
 
 def bench_worker(job: BenchJob) -> dict[str, Any] | None:
@@ -75,9 +77,11 @@ def bench_worker(job: BenchJob) -> dict[str, Any] | None:
 
     from mjfleet.fleet.context import seed_for, start_worker
     from mjfleet.tasks import get_task
+    from mjfleet.tasks.plugins import load_task_modules
     from mjfleet.warp_log import quiet_warp
 
     quiet_warp()
+    load_task_modules(job.task_modules)
     ctx = start_worker(job.plan)
     startup["rank"] = ctx.rank
     device = torch.device(ctx.device)

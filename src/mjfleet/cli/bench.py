@@ -71,6 +71,9 @@ class BenchFlags:
     """Worker log files (several workers only), unless $TORCHRUNX_LOG_DIR is set (it wins). Default: none."""
     quiet: bool = False
     """Only the final table (no progress lines)."""
+    robot: str | None = None
+    """A Python file that defines a RobotDescription: the robot of a task that takes one (Velocity-Flat), as
+    train takes it. Workers load the same file. docs/bring-your-robot.md."""
 
 
 def parse_args(argv: list[str]) -> tuple[str, Any]:
@@ -163,9 +166,14 @@ def run(argv: list[str]) -> dict[str, Any]:
     parent_ready_s = machine.seconds_since_process_start()
     versions = machine.versions()
 
+    from mjfleet.tasks.plugins import environment_task_modules, robot_modules
+
+    task_modules = environment_task_modules() + robot_modules(flags.robot)
+
     def job(plan_: WorkerPlan, sizes_: list[int], **kwargs: Any) -> BenchJob:
         return BenchJob(
             task=task_name,
+            task_modules=task_modules,
             env=flags.env,
             agent=flags.agent,
             plan=plan_,

@@ -160,7 +160,7 @@ def parse_task_command(
     # Before the flags: the task's --env.* defaults come from the robot (its home pose, its reward weights).
     robot = robot_flag(rest)
     if robot is not None and "robot" not in {f.name for f in dataclasses.fields(flags_base)}:
-        raise UsageError(f"`{prog}` does not take --robot (train and play do)")
+        raise UsageError(f"`{prog}` does not take --robot (train, play and bench do)")
     spec = task_for_robot(spec, robot)
 
     def parse(on_cpu: bool) -> Any:
