@@ -130,11 +130,13 @@ def test_an_interrupted_trial_is_continued_from_its_run_directory(tmp_path):
     assert queue.recover(stale=False) == []  # continued already: not twice
 
 
-def _trial(lr: float, config: int, seed: int, value: float | None, reason: str = ""):
+def _trial(lr: float, config: int, seed: int, value: float | None, reason: str = "", terminations=None):
     from optuna.distributions import FloatDistribution
     from optuna.trial import TrialState, create_trial
 
     attrs = {"config": config, "seed": seed} | ({"fail_reason": reason} if reason else {})
+    if terminations is not None:  # as the runner keeps a complete trial's eval.json
+        attrs["eval"] = {"mean_return": value, "terminations": terminations}
     return create_trial(
         params={LR: lr}, distributions={LR: FloatDistribution(1e-5, 20.0, log=True)}, value=value,
         state=TrialState.COMPLETE if value is not None else TrialState.FAIL, user_attrs=attrs,
@@ -145,7 +147,9 @@ def _trial(lr: float, config: int, seed: int, value: float | None, reason: str =
 def test_the_report_ranks_configurations_by_their_iqm_over_seeds_failures_last():
     study = optuna.create_study(direction="maximize")
     for t in [
-        _trial(1e-3, 0, 0, 200.0), _trial(1e-3, 0, 1, 210.0), _trial(1e-3, 0, 2, 190.0),
+        _trial(1e-3, 0, 0, 200.0, terminations={"fell": 0, "time_out": 32}),
+        _trial(1e-3, 0, 1, 210.0, terminations={"fell": 16, "time_out": 21}),
+        _trial(1e-3, 0, 2, 190.0, terminations={"fell": 2, "too_low": 1, "time_out": 30}),
         _trial(10.0, 3, 0, 20.0), _trial(10.0, 3, 1, 25.0), _trial(10.0, 3, 2, 15.0),
         _trial(3e-3, 6, 0, 240.0), _trial(3e-3, 6, 1, None, "train was killed by SIGKILL: (no output)"),
         _trial(5.0, 9, 0, None, "the evaluation's mean_return is nan"),
@@ -156,8 +160,14 @@ def test_the_report_ranks_configurations_by_their_iqm_over_seeds_failures_last()
     assert ranked[1].iqm == pytest.approx(200.0) and ranked[1].ci[0] <= 200.0 <= ranked[1].ci[1]
     assert ranked[0].failed == {1: "train was killed by SIGKILL: (no output)"}
     assert ranked[-1].iqm is None
+    # falls, which the objective does not show, are counted per seed and over the configuration's seeds
+    assert ranked[1].ended_early == {0: (0, 32), 1: (16, 37), 2: (3, 33)}
+    assert ranked[2].ended_early == {}  # no terminations kept: not reported, not zero
     table = ranking_table(ranked, parse_objective("mean_return", "auto"))
     assert "the evaluation's mean_return is nan" in table
+    header, _, first, second = table.splitlines()[2:6]
+    assert header.split(" | ")[5] == "ended early"
+    assert second.split(" | ")[5] == "19 of 102" and first.split(" | ")[5] == "-"
 
 
 @pytest.mark.parametrize(

@@ -30,6 +30,9 @@ class ConfigResult:
     """seed -> why its (latest) trial did not complete."""
     runs: dict[int, list[str]] = field(default_factory=dict)
     """seed -> the run directories of its trial, oldest first (an interrupted run, then its continuation)."""
+    ended_early: dict[int, tuple[int, int]] = field(default_factory=dict)
+    """seed -> (episodes that ended before the time limit, episodes ended) in its evaluation: a legged robot's
+    falls, which a tracking-error objective does not show."""
     iqm: float | None = None
     ci: tuple[float, float] | None = None
     rank: int | None = None
@@ -41,7 +44,20 @@ class ConfigResult:
             "values": {str(k): v for k, v in sorted(self.values.items())},
             "failed": {str(k): v for k, v in sorted(self.failed.items())},
             "runs": {str(k): v for k, v in sorted(self.runs.items())},
+            "ended_early": {str(k): list(v) for k, v in sorted(self.ended_early.items())},
         }  # fmt: skip
+
+    def ended_early_total(self) -> str:
+        """The "<early> of <ended>" count over the completed seeds' evaluations ("-" where none reported them)."""
+        if not self.ended_early:
+            return "-"
+        return f"{sum(e for e, _ in self.ended_early.values())} of {sum(n for _, n in self.ended_early.values())}"
+
+
+def ended_early(terminations: dict[str, int] | None) -> tuple[int, int]:
+    """(episodes ended before the time limit, episodes ended) from eval.json's `terminations` (cause -> count)."""
+    causes = terminations or {}
+    return sum(n for cause, n in causes.items() if cause != "time_out"), sum(causes.values())
 
 
 def collect(study: Any, objective: Objective) -> list[ConfigResult]:
@@ -61,6 +77,9 @@ def collect(study: Any, objective: Objective) -> list[ConfigResult]:
         if t.state == TrialState.COMPLETE and t.value is not None:  # the latest trial of a seed wins
             result.values[seed] = float(t.value)
             result.failed.pop(seed, None)
+            terminations = t.user_attrs.get("eval", {}).get("terminations")
+            if terminations is not None:
+                result.ended_early[seed] = ended_early(terminations)
         elif seed not in result.values:
             result.failed[seed] = t.user_attrs.get("fail_reason", t.state.name.lower())
     results = list(configs.values())
@@ -107,7 +126,8 @@ def write_report(study: Any, objective: Objective, sweep_dir: Path, command: str
 
 
 def ranking_table(results: list[ConfigResult], objective: Objective, command: str = "", plots=None) -> str:
-    """The ranking as a markdown table: rank, IQM [95% CI], seeds completed, parameters, failures."""
+    """The ranking as a markdown table: rank, IQM [95% CI], seeds completed, episodes that ended early over those
+    seeds' evaluations (falls), parameters, failures."""
     lines = []
     if command:
         lines += [f"Sweep: `{command}`", ""]
@@ -119,10 +139,10 @@ def ranking_table(results: list[ConfigResult], objective: Objective, command: st
     names = sorted({k for r in results for k in r.params})
     lines.append(
         "| rank | config | "
-        + " | ".join([f"{objective.name} IQM", "95% CI", "seeds", *names, "failed"])
+        + " | ".join([f"{objective.name} IQM", "95% CI", "seeds", "ended early", *names, "failed"])
         + " |"
     )
-    lines.append("|" + "---|" * (5 + len(names) + 1))
+    lines.append("|" + "---|" * (6 + len(names) + 1))
     for r in results:
         ci = f"[{r.ci[0]:.4g}, {r.ci[1]:.4g}]" if r.ci else "-"
         score = f"{r.iqm:.4g}" if r.iqm is not None else "-"
@@ -133,6 +153,7 @@ def ranking_table(results: list[ConfigResult], objective: Objective, command: st
             score,
             ci,
             str(len(r.values)),
+            r.ended_early_total(),
             *[_show(r.params.get(n)) for n in names],
             failed,
         ]

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mjfleet.signals import StopSignals
+from mjfleet.sweep.report import ended_early
 from mjfleet.sweep.slots import Slot
 from mjfleet.sweep.study import TrialQueue
 from mjfleet.sweep.trial import Outcome, SweepSpec, TrialProcess
@@ -24,7 +25,8 @@ RETIRE_AFTER = 2
 """A slot whose trials fail this many times in a row before their first iteration (an unreachable host, a GPU that
 is gone) takes no more trials; the others go on."""
 
-EVAL_ATTRS = ("mean_return", "std_return", "mean_episode_length", "episodes")
+EVAL_ATTRS = ("mean_return", "std_return", "mean_episode_length", "episodes", "terminations")
+"""What a complete trial keeps of its eval.json in the study: the report reads falls from `terminations`."""
 
 
 @dataclass
@@ -139,7 +141,9 @@ class SweepRunner:
         if outcome.state == "complete":
             trial.set_user_attr("eval", {k: outcome.summary.get(k) for k in EVAL_ATTRS})
             self.queue.study.tell(trial, outcome.value)
-            line = f"{label}: {self.spec.objective.name} {outcome.value:.4g} ({seconds:.0f} s)"
+            early, ended = ended_early(outcome.summary.get("terminations"))
+            falls = f", {early} of {ended} episodes ended early" if early else ""
+            line = f"{label}: {self.spec.objective.name} {outcome.value:.4g}{falls} ({seconds:.0f} s)"
         else:
             trial.set_user_attr("fail_reason", outcome.reason)
             if outcome.state == "interrupted":
