@@ -1,0 +1,136 @@
+"""`sweep`'s budgets and faults for real: the median pruner on train's periodic evaluation, a --minutes budget,
+and `--hosts slurm` in a batch job on the one-node test cluster (tests/slurm_cluster.py, daemons stopped by pid). Real `sweep`, `train` and `play` processes of tiny
+Cartpole trials, as in tests/test_sweep_run.py (whose settings these share); `.ci/run` runs them in its second
+step. A host that fails mid-sweep is tested with the namespace hosts, in tests/test_hosts.py."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+from helpers import needs_infrastructure, poll, require_infrastructure, run_cli
+from test_sweep_run import (
+    EVAL,
+    LR,
+    NO_HANG_S,
+    ROOT,
+    TRAIN_FLAGS,
+    optuna,
+    report_of,
+    study_of,
+)
+
+pytestmark = [
+    pytest.mark.slow,  # real train and play processes, minutes on 2 cores: `.ci/run` runs them in its second step
+    needs_infrastructure(lambda: None if optuna else "the sweep extra is missing: uv sync --extra sweep"),
+]
+
+
+def test_the_median_pruner_prunes_a_diverging_learning_rate_and_leaves_its_run_playable(tmp_path):
+    sweep_dir = tmp_path / "sweep"
+    # The grid's order with --sampler-seed 1 is 1e-3, then 10: the good configuration's two seeds are the median
+    # pruner's two startup trials, and learning rate 10's seeds are judged against them. Train's periodic
+    # evaluation keeps its 16 episodes: Optuna compares a trial's best evaluation so far with the median, and a
+    # lucky first evaluation of a few episodes would shield a bad trial from the pruner.
+    result = run_cli(
+        "sweep", "Cartpole-Balance", "--param", f"{LR}=choice:1e-3,10", "--sampler", "grid", "--sampler-seed", "1",
+        "--trials", "2", "--seeds", "2", "--iterations", "8", "--pruner", "median", "--prune-interval", "2",
+        "--gpu-ids", "None", "--slots", "2", "--sweep-dir", str(sweep_dir), *EVAL, *TRAIN_FLAGS,
+        cwd=tmp_path, timeout=NO_HANG_S,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    trials = sorted(study_of(sweep_dir).get_trials(), key=lambda t: t.number)
+    states = {t.number: (t.params[LR], t.state.name) for t in trials}
+    assert [s for lr, s in states.values() if lr == "1e-3"] == ["COMPLETE", "COMPLETE"], states
+    pruned = [t for t in trials if t.state.name == "PRUNED"]
+    assert pruned and all(t.params[LR] == "10" for t in pruned), states
+    assert all(s in ("COMPLETE", "PRUNED") for _, s in states.values()), states
+    for t in pruned:
+        label = f"trial {t.number} (config {t.user_attrs['config']}, seed {t.user_attrs['seed']})"
+        assert label in result.stdout and "pruned: pruned by the median pruner" in result.stdout
+        assert t.user_attrs["fail_reason"] == "pruned by the median pruner"
+        assert t.intermediate_values, "a pruned trial reported no periodic evaluation"
+    run_dir = Path(pruned[0].user_attrs["run_dir"])
+    done = [json.loads(line)["iteration"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert len(done) < 8, done  # stopped early, not trained to the end and then judged
+    assert list(run_dir.glob("model_*.pt")), "a pruned trial's train saved no checkpoint"
+    run_cli("play", "Cartpole-Balance", "--load-run", str(run_dir), "--gpu-ids", "None", "--episodes", "2",
+            "--num-envs", "2", cwd=tmp_path, check=True)  # fmt: skip
+    worst = report_of(sweep_dir)["configurations"][-1]
+    assert worst["params"][LR] == "10", worst
+    assert "pruned by the median pruner" in worst["failed"].values(), worst
+    assert "pruned by the median pruner" in (sweep_dir / "report" / "report.md").read_text()
+
+
+def test_a_minutes_budget_stops_a_huge_iteration_budget_with_a_checkpoint_then_evaluates_it(tmp_path):
+    sweep_dir = tmp_path / "sweep"
+    iterations = 100_000  # hours of training here: the minute is what stops it
+    result = run_cli(
+        "sweep", "Cartpole-Balance", "--iterations", str(iterations), "--minutes", "1", "--gpu-ids", "None",
+        "--slots", "1", "--sweep-dir", str(sweep_dir), *EVAL, *TRAIN_FLAGS, cwd=tmp_path, timeout=NO_HANG_S,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    [trial] = study_of(sweep_dir).get_trials()
+    assert trial.state.name == "COMPLETE", trial.user_attrs
+    run_dir = Path(trial.user_attrs["run_dir"])
+    done = [json.loads(line)["iteration"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert 1 <= len(done) < iterations
+    saved = max(int(p.stem.split("_")[1]) for p in run_dir.glob("model_[0-9]*.pt"))
+    assert saved == len(done)  # the checkpoint train saved when stopped, after its last iteration
+    summary = json.loads((run_dir / "eval.json").read_text())
+    assert trial.value == summary["mean_return"] and summary["episodes"] == 16
+    assert trial.user_attrs["seconds"] < NO_HANG_S
+
+
+def _slurm_env(cluster) -> dict[str, str]:
+    # Jobs inherit this environment: the cluster, the shared kernel cache, and a frozen `uv run`.
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "SBATCH_", "SRUN_"))}
+    return env | {**cluster.env(), "WARP_CACHE_PATH": os.environ["WARP_CACHE_PATH"], "UV_FROZEN": "1"}
+
+
+def _job_fields(cluster, job: str) -> dict[str, str]:
+    shown = subprocess.run(cluster.client("scontrol", "show", "job", job), capture_output=True, text=True,
+                           env=_slurm_env(cluster), timeout=60)  # fmt: skip
+    return dict(re.findall(r"(\w+)=(\S*)", shown.stdout))
+
+
+def _wait_job_end(cluster, job: str, logs: Path) -> dict[str, str]:
+    ended = poll(lambda: _job_fields(cluster, job), lambda f: f.get("JobState") not in ("PENDING", "RUNNING",
+                 "CONFIGURING", "COMPLETING", "REQUEUED", None), timeout=NO_HANG_S, every=2.0)  # fmt: skip
+    assert ended.get("JobState") == "COMPLETED", f"{ended.get('JobState')}: {_tail(logs)}"
+    return ended
+
+
+def _tail(logs: Path) -> str:
+    """The end of a job's output: `logs`, or the files `logs`'s name matches as a pattern in its directory."""
+    return "\n".join(p.read_text(errors="replace") for p in sorted(logs.parent.glob(logs.name)))[-4000:]
+
+
+def test_hosts_slurm_in_a_batch_job_places_the_trials_on_the_allocations_node(tmp_path):
+    from slurm_cluster import missing_reason, running_cluster
+
+    require_infrastructure(missing_reason())
+    sweep_dir = tmp_path / "sweep"
+    sweep = ["uv", "run", "--frozen", "sweep", "Cartpole-Balance", "--iterations", "2", "--gpu-ids", "None",
+             "--hosts", "slurm", "--sweep-dir", str(sweep_dir), *EVAL, *TRAIN_FLAGS]  # fmt: skip
+    logs = tmp_path / "job.out"
+    with running_cluster(tmp_path / "slurm") as cluster:
+        submitted = subprocess.run(
+            cluster.client("sbatch", "--parsable", f"--output={logs}", f"--chdir={ROOT}", "-n", "1",
+                           f"--wrap=exec {' '.join(sweep)}"),
+            capture_output=True, text=True, env=_slurm_env(cluster), timeout=60,
+        )  # fmt: skip
+        assert submitted.returncode == 0, submitted.stderr
+        _wait_job_end(cluster, submitted.stdout.strip().split(";")[0], logs)
+        node = cluster.node
+    text = _tail(logs)
+    assert f"on 1 slot(s) ({node})" in text, text
+    [trial] = study_of(sweep_dir).get_trials()
+    assert trial.state.name == "COMPLETE" and trial.user_attrs["slot"] == node, text
+    run = yaml.safe_load((Path(trial.user_attrs["run_dir"]) / "params" / "run.yaml").read_text())
+    assert run["hosts"] == [node], run
