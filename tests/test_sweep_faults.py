@@ -1,5 +1,6 @@
-"""`sweep`'s budgets and faults for real: the median pruner on train's periodic evaluation, a --minutes budget,
-and `--hosts slurm` in a batch job on the one-node test cluster (tests/slurm_cluster.py, daemons stopped by pid). Real `sweep`, `train` and `play` processes of tiny
+"""`sweep`'s budgets and faults for real: the median pruner on train's periodic evaluation, a --minutes budget, a
+Slurm requeue of an array task while its trial trains, and `--hosts slurm` in a batch job on the one-node test
+cluster (tests/slurm_cluster.py, daemons stopped by pid). Real `sweep`, `train` and `play` processes of tiny
 Cartpole trials, as in tests/test_sweep_run.py (whose settings these share); `.ci/run` runs them in its second
 step. A host that fails mid-sweep is tested with the namespace hosts, in tests/test_hosts.py."""
 
@@ -9,6 +10,7 @@ import json
 import os
 import re
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -109,6 +111,62 @@ def _wait_job_end(cluster, job: str, logs: Path) -> dict[str, str]:
 def _tail(logs: Path) -> str:
     """The end of a job's output: `logs`, or the files `logs`'s name matches as a pattern in its directory."""
     return "\n".join(p.read_text(errors="replace") for p in sorted(logs.parent.glob(logs.name)))[-4000:]
+
+
+def test_a_requeued_array_task_continues_its_interrupted_trial_and_the_study_loses_none(tmp_path):
+    """`scontrol requeue` of an array task while its trial trains: Slurm's SIGTERM stops the sweep and its train
+    (which saves a checkpoint); the task, started again by Slurm, joins the same study and continues that trial
+    from its checkpoint, in a run directory of its own, before it takes the next."""
+    from slurm_cluster import missing_reason, running_cluster
+
+    require_infrastructure(missing_reason())
+    sweep_dir, iterations = tmp_path / "sweep", 16
+    sweep = ["Cartpole-Balance", "--param", f"{LR}=choice:1e-3,3e-3", "--sampler", "grid", "--trials", "2",
+             "--iterations", str(iterations), "--gpu-ids", "None", "--slots", "1", "--sweep-dir", str(sweep_dir),
+             *EVAL, *TRAIN_FLAGS]  # fmt: skip
+    logs = tmp_path / "array_*.out"
+    with running_cluster(tmp_path / "slurm") as cluster:
+        env = _slurm_env(cluster)
+        submitted = subprocess.run(
+            cluster.client("sbatch", "--parsable", f"--output={tmp_path / 'array_%a.out'}", f"--chdir={ROOT}",
+                           "--array=0", "-n", "1", str(ROOT / "scripts" / "slurm" / "sweep.sbatch"), *sweep),
+            capture_output=True, text=True, env=env, timeout=60,
+        )  # fmt: skip
+        assert submitted.returncode == 0, submitted.stderr
+        task = submitted.stdout.strip().split(";")[0] + "_0"
+        training = poll(lambda: list((sweep_dir / "runs").glob("*/*/metrics.jsonl")), timeout=NO_HANG_S)
+        assert training, f"the first trial did not reach its first iteration: {_tail(logs)}"
+        subprocess.run(cluster.client("scontrol", "requeue", task), env=env, timeout=60, check=True)
+        # Slurm holds a requeued job back (its BeginTime): let it start at once, in the next second (slurmd
+        # refuses a launch whose credential is from the second the killed instance's was revoked in).
+        requeued = poll(lambda: _job_fields(cluster, task), lambda f: f.get("Restarts") == "1"
+                        and f.get("JobState") in ("PENDING", "RUNNING"), timeout=NO_HANG_S, every=0.3)  # fmt: skip
+        assert requeued.get("Restarts") == "1", f"{requeued}: {_tail(logs)}"
+        if requeued["JobState"] == "PENDING":
+            time.sleep(1.5)
+            subprocess.run(cluster.client("scontrol", "update", f"JobId={task}", "StartTime=now"), env=env,
+                           timeout=60)  # fmt: skip
+        _wait_job_end(cluster, task, logs)
+    text = _tail(logs)
+    # Whether the first start told the study (its SIGTERM handled within Slurm's KillWait) or was killed first
+    # (the trial left RUNNING), the second start continues trial 0.
+    assert (
+        "sweep: continuing interrupted trial(s) 0 from their checkpoints" in text.split("(restart 1)")[1]
+    ), text
+    trials = sorted(study_of(sweep_dir).get_trials(), key=lambda t: t.number)
+    assert {t.user_attrs["owner"] for t in trials} == {f"slurm:{task}"}
+    stopped = [t for t in trials if t.state.name != "COMPLETE"]
+    assert [(t.number, t.state.name, t.user_attrs.get("interrupted")) for t in stopped] == [(0, "FAIL", True)]
+    done = [t for t in trials if t.state.name == "COMPLETE"]
+    # Every configuration's seed completed once: none lost, none run twice.
+    assert sorted((t.user_attrs["config"], t.user_attrs["seed"]) for t in done) == [(0, 0), (2, 0)], text
+    [again] = [t for t in done if t.user_attrs.get("continues") == 0]
+    assert again.params == trials[0].params
+    run_dir = Path(again.user_attrs["run_dir"])
+    run = yaml.safe_load((run_dir / "params" / "run.yaml").read_text())
+    assert Path(run["resumed_from"]).parent == Path(trials[0].user_attrs["run_dir"]), run  # continued
+    assert (run_dir / f"model_{iterations}.pt").exists()
+    assert [c["seeds_completed"] for c in report_of(sweep_dir)["configurations"]] == [1, 1]
 
 
 def test_hosts_slurm_in_a_batch_job_places_the_trials_on_the_allocations_node(tmp_path):

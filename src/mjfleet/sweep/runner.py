@@ -83,8 +83,11 @@ class SweepRunner:
             name = signal.Signals(signum).name
             print(f"sweep: {name}: stopping; the {len(running)} running trial(s) save a checkpoint "
                   "(again to kill them now)", file=sys.stderr, flush=True)  # fmt: skip
+            # Slurm signals every process of the job: a train that gets Slurm's SIGTERM and a SIGINT from here
+            # takes the second as "stop at once", without a checkpoint; the same signal twice is one request.
+            forwarded = signal.SIGTERM if signum == signal.SIGTERM else signal.SIGINT
             for proc in running:
-                proc.stop()
+                proc.stop(signum=forwarded)
         elif arrived == "repeat":
             for proc in running:
                 proc.kill()

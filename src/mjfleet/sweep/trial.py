@@ -109,11 +109,11 @@ class TrialProcess:
         return [*python_command("mjfleet.cli.play"), self.spec.task, "--load-run", str(run_dir),
                 *self.slot.play_flags, *self.spec.eval_flags]  # fmt: skip
 
-    def stop(self) -> None:
-        """Ask train to stop after its current iteration (SIGINT: it saves a checkpoint), once."""
+    def stop(self, signum: int = signal.SIGINT) -> None:
+        """Ask train to stop after its current iteration (SIGINT or SIGTERM: it saves a checkpoint), once."""
         if not self.stopping.is_set():
             self.stopping.set()
-            self._signal(signal.SIGINT)
+            self._signal(signum)
 
     def kill(self) -> None:
         self.killed = True
@@ -134,6 +134,9 @@ class TrialProcess:
         out.write("$ " + " ".join(cmd) + "\n")
         out.flush()
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        # Restarted, a Slurm job's train continues that job's newest run on its own (runs/continuation.py): in a
+        # requeued sweep every trial would continue the same one. The sweep continues its trials itself.
+        env.pop("SLURM_RESTART_COUNT", None)
         # A session of its own: the terminal's Ctrl-C reaches the sweep only, which stops its trials itself.
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
         out.close()
