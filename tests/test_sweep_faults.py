@@ -9,10 +9,12 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 import yaml
 from helpers import needs_infrastructure, poll, require_infrastructure, run_cli
@@ -24,6 +26,8 @@ from test_sweep_run import (
     TRAIN_FLAGS,
     optuna,
     report_of,
+    start_sweep,
+    stop_tree,
     study_of,
 )
 
@@ -31,6 +35,19 @@ pytestmark = [
     pytest.mark.slow,  # real train and play processes, minutes on 2 cores: `.ci/run` runs them in its second step
     needs_infrastructure(lambda: None if optuna else "the sweep extra is missing: uv sync --extra sweep"),
 ]
+
+
+def plays_of(sweep_dir: Path) -> list[psutil.Process]:
+    """The running `play` evaluations of trials of `sweep_dir`."""
+    found = []
+    for p in psutil.process_iter():
+        try:
+            cmd = p.cmdline()
+        except psutil.Error:
+            continue
+        if "mjfleet.cli.play" in cmd and any(part.startswith(str(sweep_dir / "runs")) for part in cmd):
+            found.append(p)
+    return found
 
 
 def test_the_median_pruner_prunes_a_diverging_learning_rate_and_leaves_its_run_playable(tmp_path):
@@ -192,3 +209,30 @@ def test_hosts_slurm_in_a_batch_job_places_the_trials_on_the_allocations_node(tm
     assert trial.state.name == "COMPLETE" and trial.user_attrs["slot"] == node, text
     run = yaml.safe_load((Path(trial.user_attrs["run_dir"]) / "params" / "run.yaml").read_text())
     assert run["hosts"] == [node], run
+
+
+def test_ctrl_c_during_a_trials_evaluation_leaves_it_interrupted_and_resume_evaluates_it(tmp_path):
+    sweep_dir = tmp_path / "sweep"
+    proc = start_sweep("Cartpole-Balance", "--iterations", "2", "--gpu-ids", "None", "--slots", "1",
+                       "--sweep-dir", str(sweep_dir), *EVAL, *TRAIN_FLAGS, cwd=tmp_path)  # fmt: skip
+    try:
+        evaluating = poll(lambda: plays_of(sweep_dir), timeout=NO_HANG_S)
+        assert evaluating, "the trial's evaluation did not start"
+        proc.send_signal(signal.SIGINT)  # Ctrl-C while play evaluates the trained run
+        out, err = proc.communicate(timeout=NO_HANG_S)
+    finally:
+        stop_tree(proc)
+    assert proc.returncode == 130, out[-3000:] + err[-3000:]
+    [stopped] = study_of(sweep_dir).get_trials()
+    assert stopped.state.name == "FAIL" and stopped.user_attrs.get("interrupted"), stopped.user_attrs
+    assert stopped.user_attrs["fail_reason"] == "interrupted during its evaluation"
+
+    resumed = run_cli("sweep", "--resume", str(sweep_dir), cwd=tmp_path, timeout=NO_HANG_S)
+    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
+    first, again = sorted(study_of(sweep_dir).get_trials(), key=lambda t: t.number)
+    assert again.state.name == "COMPLETE" and again.user_attrs["continues"] == first.number, again.user_attrs
+    # Trained to its budget already: the same run, evaluated again, nothing trained again.
+    run_dir = Path(again.user_attrs["run_dir"])
+    assert run_dir == Path(first.user_attrs["run_dir"]) and list(sweep_dir.glob("runs/*/*")) == [run_dir]
+    assert max(int(p.stem.split("_")[1]) for p in run_dir.glob("model_[0-9]*.pt")) == 2
+    assert again.value == json.loads((run_dir / "eval.json").read_text())["mean_return"]

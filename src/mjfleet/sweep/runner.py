@@ -99,9 +99,8 @@ class SweepRunner:
             if nxt is None:
                 return
             trial = nxt.trial
-            proc = TrialProcess(
-                self.spec, slot, trial.number, nxt.config, nxt.seed, dict(trial.params), nxt.resume_run
-            )
+            proc = TrialProcess(self.spec, slot, trial.number, nxt.config, nxt.seed, dict(trial.params),
+                                nxt.resume_run, nxt.evaluate_only)  # fmt: skip
             with self.lock:
                 self.running[trial.number] = proc
             if self.stop.is_set():  # stopped while this trial was being asked for
@@ -147,6 +146,8 @@ class SweepRunner:
             trial.set_user_attr("fail_reason", outcome.reason)
             if outcome.state == "interrupted":
                 trial.set_user_attr("interrupted", True)
+            if outcome.trained:
+                trial.set_user_attr("trained", True)
             state = TrialState.PRUNED if outcome.state == "pruned" else TrialState.FAIL
             self.queue.study.tell(trial, state=state)
             line = f"{label}: {outcome.state}: {outcome.reason}"
