@@ -577,3 +577,65 @@ def test_a_sweep_places_its_two_trials_on_two_hosts_over_ssh(bed, tmp_path):
         bed.sessions("hosta") > before[0] and bed.sessions("hostb") > before[1]
     )  # each ran its trial's agent
     assert not wait_gone(tmp_path)
+
+
+def test_a_host_whose_sshd_stops_mid_sweep_retires_its_slot_and_the_other_host_finishes(bed, tmp_path):
+    """hostb's sshd stopped (by pid) as the sweep starts its first trials: hostb's trials fail before their first
+    iteration, its slot stops after two with one line naming it, and node-a runs every other trial."""
+    try:
+        import optuna
+        from optuna.storages.journal import JournalFileBackend
+    except ImportError:
+        require_infrastructure("the sweep extra is missing: uv sync --extra sweep")
+        raise
+    sweep_dir, out, err = tmp_path / "sweep", tmp_path / "stdout.txt", tmp_path / "stderr.txt"
+    pid_file = bed.dir / "bed" / "sshd-hostb.pid"
+    command = bed.on(
+        "login", str(BIN / "sweep"), "Cartpole-Balance", "--seeds", "4", "--iterations", "2", "--gpu-ids", "None",
+        "--hosts", "node-a", "node-b", "--sweep-dir", str(sweep_dir), "--eval-episodes", "4", "--eval-num-envs", "4",
+        "--", "--num-envs", "8", "--agent.num-steps-per-env", "8", "--logger", "none",
+    )  # fmt: skip
+    with out.open("w") as stdout, err.open("w") as stderr:
+        proc = subprocess.Popen(command, cwd=tmp_path, env=run_env(bed.env), stdout=stdout, stderr=stderr)
+    stopped = None
+    try:
+        # The first trials start: their trains are still importing, well before either connects over ssh.
+        deadline = time.monotonic() + STARTUP_NO_HANG_S
+        while not list(sweep_dir.glob("logs/trial_*.log")) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        stopped = int(pid_file.read_text())
+        os.kill(stopped, signal.SIGTERM)  # the listening sshd (an ssh session would outlive it)
+        assert ends_within_no_hang_limit(proc), f"the sweep still runs {NO_HANG_S} s on"
+        text = out.read_text() + err.read_text()
+        assert proc.returncode == 0, text[-3000:]
+        storage = optuna.storages.JournalStorage(JournalFileBackend(str(sweep_dir / "study.journal")))
+        trials = optuna.load_study(study_name="sweep", storage=storage).get_trials()
+        by_slot = {(t.user_attrs["slot"], t.state.name) for t in trials}
+        failed = [t for t in trials if t.state.name == "FAIL"]
+        assert len(trials) == 4 and by_slot == {("node-a", "COMPLETE"), ("node-b", "FAIL")}, text[-3000:]
+        reasons = [t.user_attrs["fail_reason"] for t in failed]
+        assert len(failed) == 2 and all(r.startswith("train ") and "on node-b" in r for r in reasons), reasons
+        retired = [line for line in text.splitlines() if "takes no more trials" in line]
+        assert len(retired) == 1 and retired[0].startswith(
+            "sweep: slot node-b takes no more trials: 2 failed before their first iteration (last: train "
+        ), text[-3000:]
+        assert not wait_gone(tmp_path)
+    finally:
+        stop_run(proc, tmp_path)
+        if stopped is not None:  # hostb's sshd again, as `hosts.sh up` starts it, for the other tests
+            restart_sshd(bed, "hostb", stopped)
+
+
+def restart_sshd(bed: Bed, host: str, stopped: int) -> None:
+    """Start `host`'s sshd again once the one stopped (pid `stopped`) is gone; `hosts.sh down` stops it by its pid
+    file, as it does the others."""
+    conf, log, pid_file = (bed.dir / "bed" / f"sshd-{host}.{ext}" for ext in ("conf", "log", "pid"))
+    with contextlib.suppress(psutil.Error):
+        psutil.Process(stopped).wait(timeout=30)
+    pid_file.unlink(missing_ok=True)
+    sshd = shutil.which("sshd") or "/usr/sbin/sshd"
+    subprocess.run(bed.on(host, sshd, "-f", str(conf), "-E", str(log)), env=bed.env, timeout=60, check=True)
+    deadline = time.monotonic() + 30
+    while not (pid_file.exists() and pid_file.read_text().strip()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert pid_file.read_text().strip(), f"sshd on {host} did not start again"

@@ -126,8 +126,26 @@ def test_an_interrupted_trial_is_continued_from_its_run_directory(tmp_path):
     again = queue.next()
     assert again is not None and again.resume_run == str(run_dir)
     assert (again.config, again.seed) == (first.config, first.seed)
-    assert again.trial.params == first.trial.params
+    assert again.trial.params == first.trial.params and not again.evaluate_only
     assert queue.recover(stale=False) == []  # continued already: not twice
+
+
+@NEEDS_OPTUNA
+def test_a_trial_interrupted_in_its_evaluation_is_only_evaluated_again(tmp_path):
+    from optuna.trial import TrialState
+
+    queue = _queue(configs=1, seeds=1)
+    first = queue.next()
+    assert first is not None
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "model_3.pt").write_bytes(b"")
+    for key, value in {"run_dir": str(run_dir), "interrupted": True, "trained": True}.items():
+        first.trial.set_user_attr(key, value)  # as the runner tells an evaluation that the sweep's stop ended
+    queue.study.tell(first.trial, state=TrialState.FAIL)
+    assert queue.recover(stale=False) == [first.trial.number]
+    again = queue.next()
+    assert again is not None and again.resume_run == str(run_dir) and again.evaluate_only
 
 
 def _trial(lr: float, config: int, seed: int, value: float | None, reason: str = "", terminations=None):

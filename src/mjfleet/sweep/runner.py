@@ -85,8 +85,11 @@ class SweepRunner:
             name = signal.Signals(signum).name
             print(f"sweep: {name}: stopping; the {len(running)} running trial(s) save a checkpoint "
                   "(again to kill them now)", file=sys.stderr, flush=True)  # fmt: skip
+            # Slurm signals every process of the job: a train that gets Slurm's SIGTERM and a SIGINT from here
+            # takes the second as "stop at once", without a checkpoint; the same signal twice is one request.
+            forwarded = signal.SIGTERM if signum == signal.SIGTERM else signal.SIGINT
             for proc in running:
-                proc.stop()
+                proc.stop(signum=forwarded)
         elif arrived == "repeat":
             for proc in running:
                 proc.kill()
@@ -98,9 +101,8 @@ class SweepRunner:
             if nxt is None:
                 return
             trial = nxt.trial
-            proc = TrialProcess(
-                self.spec, slot, trial.number, nxt.config, nxt.seed, dict(trial.params), nxt.resume_run
-            )
+            proc = TrialProcess(self.spec, slot, trial.number, nxt.config, nxt.seed, dict(trial.params),
+                                nxt.resume_run, nxt.evaluate_only)  # fmt: skip
             with self.lock:
                 self.running[trial.number] = proc
             if self.stop.is_set():  # stopped while this trial was being asked for
@@ -148,6 +150,8 @@ class SweepRunner:
             trial.set_user_attr("fail_reason", outcome.reason)
             if outcome.state == "interrupted":
                 trial.set_user_attr("interrupted", True)
+            if outcome.trained:
+                trial.set_user_attr("trained", True)
             state = TrialState.PRUNED if outcome.state == "pruned" else TrialState.FAIL
             self.queue.study.tell(trial, state=state)
             line = f"{label}: {outcome.state}: {outcome.reason}"

@@ -36,6 +36,8 @@ class NextTrial:
     config: int
     seed: int
     resume_run: str | None
+    evaluate_only: bool = False
+    """`resume_run` was trained to its budget and interrupted during its evaluation: evaluate it, train nothing."""
 
 
 def storage_url(sweep_dir: Path, storage: str | None) -> str:
@@ -174,7 +176,13 @@ class TrialQueue:
                     )
             trial.set_user_attr("owner", self.owner)
             attrs = trial.user_attrs
-            return NextTrial(trial, int(attrs["config"]), int(attrs["seed"]), attrs.get("resume_run"))
+            return NextTrial(
+                trial,
+                int(attrs["config"]),
+                int(attrs["seed"]),
+                attrs.get("resume_run"),
+                bool(attrs.get("evaluate_only")),
+            )
 
     def recover(self, stale: bool) -> list[int]:
         """Enqueue a continuation of every interrupted trial nobody continues yet; with `stale`, first mark this
@@ -200,6 +208,8 @@ class TrialQueue:
                 run_dir = t.user_attrs.get("run_dir")
                 if run_dir and checkpoints_in(run_dir):
                     attrs["resume_run"] = run_dir
+                    if t.user_attrs.get("trained"):  # stopped in its evaluation: train would refuse to go on
+                        attrs["evaluate_only"] = True
                 self.study.enqueue_trial(t.params, user_attrs=attrs, skip_if_exists=False)
                 again.append(t.number)
             return again

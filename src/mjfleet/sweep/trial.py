@@ -3,8 +3,9 @@ subprocesses, so that a trial that crashes, hangs or is killed takes nothing els
 
 How a trial ends: `complete` (the objective, a finite number, read from eval.json), `pruned` (the median pruner
 stopped it on a periodic evaluation), `interrupted` (the sweep was stopped; `sweep --resume` continues the run from
-its checkpoint) or `failed`, with the reason: train's or play's error line, the signal that killed it (kill -9 of
-a trial's worker fails that trial; it is not retried), or an objective that is NaN or missing.
+its checkpoint, or evaluates it again when the stop came during its evaluation) or `failed`, with the reason:
+train's or play's error line, the signal that killed it (kill -9 of a trial's worker fails that trial; it is not
+retried), or an objective that is NaN or missing.
 """
 
 from __future__ import annotations
@@ -62,6 +63,8 @@ class Outcome:
     run_dir: str | None = None
     summary: dict[str, Any] = field(default_factory=dict)
     iterations: int = 0
+    trained: bool = False
+    """Train reached its budget (an interrupted evaluation: a continuation only evaluates)."""
 
 
 def python_command(module: str) -> list[str]:
@@ -72,13 +75,14 @@ class TrialProcess:
     """Runs one trial's train and play; `stop()` asks it to end (train saves a checkpoint), `kill()` ends it now."""
 
     def __init__(self, spec: SweepSpec, slot: Slot, number: int, config: int, seed: int, values: dict[str, Any],
-                 resume_run: str | None, trial: Any = None) -> None:  # fmt: skip
+                 resume_run: str | None, evaluate_only: bool = False) -> None:  # fmt: skip
         self.spec, self.slot, self.number, self.seed = spec, slot, number, seed
-        self.values, self.resume_run, self.trial = values, resume_run, trial
+        self.values, self.resume_run, self.evaluate_only = values, resume_run, evaluate_only
         self.run_name = f"t{number:04d}_c{config:04d}_s{seed}"
         self.log = spec.sweep_dir / "logs" / f"trial_{number:04d}.log"
         self.proc: subprocess.Popen | None = None
         self.stopping = threading.Event()
+        self.sweep_stopped = False
         self.killed = False
         self.run_dir: Path | None = None
 
@@ -109,11 +113,14 @@ class TrialProcess:
         return [*python_command("mjfleet.cli.play"), self.spec.task, "--load-run", str(run_dir),
                 *self.slot.play_flags, *self.spec.eval_flags]  # fmt: skip
 
-    def stop(self) -> None:
-        """Ask train to stop after its current iteration (SIGINT: it saves a checkpoint), once."""
+    def stop(self, by_sweep: bool = True, signum: int = signal.SIGINT) -> None:
+        """Ask train to stop after its current iteration (SIGINT or SIGTERM: it saves a checkpoint), once.
+        `by_sweep`: the sweep is stopping (not this trial's budget or pruner), so an evaluation that it ends leaves
+        the trial interrupted, to be evaluated again on resume, not failed."""
+        self.sweep_stopped = self.sweep_stopped or by_sweep
         if not self.stopping.is_set():
             self.stopping.set()
-            self._signal(signal.SIGINT)
+            self._signal(signum)
 
     def kill(self) -> None:
         self.killed = True
@@ -134,6 +141,9 @@ class TrialProcess:
         out.write("$ " + " ".join(cmd) + "\n")
         out.flush()
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        # Restarted, a Slurm job's train continues that job's newest run on its own (runs/continuation.py): in a
+        # requeued sweep every trial would continue the same one. The sweep continues its trials itself.
+        env.pop("SLURM_RESTART_COUNT", None)
         # A session of its own: the terminal's Ctrl-C reaches the sweep only, which stops its trials itself.
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
         out.close()
@@ -149,6 +159,15 @@ class TrialProcess:
     def run(self, on_run_dir=None, prune=None) -> Outcome:
         """Train, then evaluate. `on_run_dir(path)` is told the run directory once it exists; `prune(iteration,
         value) -> bool` judges each periodic evaluation (True: stop the trial as pruned)."""
+        if self.evaluate_only and self.resume_run:
+            # Its evaluation was interrupted after train reached the budget: train would refuse to go on ("already
+            # at iteration N"), and there is nothing to train; the same run is evaluated again.
+            run_dir = Path(self.resume_run)
+            if on_run_dir is not None:
+                on_run_dir(str(run_dir))
+            return self._evaluate(
+                run_dir, {"run_dir": str(run_dir), "iterations": len(read_metrics(run_dir))}
+            )
         started = time.monotonic()
         proc = self._start(self.train_command())
         deadline = started + self.spec.minutes * 60 if self.spec.minutes else None
@@ -160,14 +179,14 @@ class TrialProcess:
                 on_run_dir(str(self.run_dir))
             if deadline is not None and time.monotonic() > deadline and not self.stopping.is_set():
                 budget_stop = True
-                self.stop()
+                self.stop(by_sweep=False)
             if prune is not None and self.run_dir is not None and not self.stopping.is_set():
                 records = read_metrics(self.run_dir)
                 for record in records[reported:]:
                     value = record.get(prune.key)
                     if value is not None and prune(int(record["iteration"]), float(value)):
                         pruned = True
-                        self.stop()
+                        self.stop(by_sweep=False)
                 reported = len(records)
         rc = proc.returncode
         run_dir = self.find_run_dir()
@@ -191,8 +210,9 @@ class TrialProcess:
     def _evaluate(self, run_dir: Path, base: dict[str, Any]) -> Outcome:
         proc = self._start(self.play_command(run_dir))
         rc = proc.wait()
-        if self.killed:
-            return Outcome("interrupted", reason="interrupted during its evaluation", **base)
+        # Ctrl-C reaches play through stop(); Slurm's SIGTERM (a requeue) reaches it directly, with the sweep's.
+        if self.killed or (rc != 0 and self.sweep_stopped):
+            return Outcome("interrupted", reason="interrupted during its evaluation", trained=True, **base)
         if rc != 0:
             return Outcome("failed", reason=f"play {exit_reason(rc)}: {last_error_line(self.log)}", **base)
         summary = json.loads((run_dir / "eval.json").read_text())
