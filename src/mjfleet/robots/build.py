@@ -96,8 +96,13 @@ def build_robot(description: RobotDescription) -> BuiltRobot:
         raise UsageError(f"base_body: no body named {description.base_body!r} in {path.name}")
     free_joint_of(base, path.name)
     feet, foot_geoms = find_feet(spec, description, robot_collisions, path.name)
-    joint_groups = assign(spec, description, path.name)
-    actuators = _add_actuators(spec, joint_groups)
+    if description.actuators:
+        joint_groups = assign(spec, description, path.name)
+        actuators = _add_actuators(spec, joint_groups)
+        names = tuple(joint_groups)
+    else:  # the MJCF's own servos, as they are
+        joint_groups, actuators = {}, own_servos(spec, path.name)
+        names = tuple(a.target for a in actuators)
     if floor is None:
         floor = spec.worldbody.add_geom(
             name="floor", type=mujoco.mjtGeom.mjGEOM_PLANE, size=[0, 0, 0.05], contype=1, conaffinity=1
@@ -106,7 +111,6 @@ def build_robot(description: RobotDescription) -> BuiltRobot:
     terminate = terminating_bodies(spec, description, path.name)
 
     model = _compile(spec, path)
-    names = tuple(joint_groups)
     qpos, keyframe = home_qpos(model, description, path.name)
     joint_ids = [model.joint(n).id for n in names]
     qpos_adr = model.jnt_qposadr[joint_ids].copy()
@@ -125,9 +129,14 @@ def build_robot(description: RobotDescription) -> BuiltRobot:
     _check_above_floor(model, qpos, floor_id, [g.id for g in robot_collisions])
 
     ids = [a.id for a in actuators]
+    if not model.actuator_forcelimited[ids].all():
+        raise UsageError(f"actuators: {path.name}'s own actuators need a forcerange (the effort limit)")
     kp = model.actuator_gainprm[ids, 0].copy()
     effort = model.actuator_forcerange[ids, 1].copy()
-    velocity = np.array([joint_groups[n].velocity_limit or np.nan for n in names], dtype=float)
+    velocity = np.array(
+        [(joint_groups[n].velocity_limit if n in joint_groups else None) or np.nan for n in names],
+        dtype=float,
+    )
     scale = np.full(len(names), description.action_scale) if description.action_scale else None
     return BuiltRobot(
         description=description,
@@ -184,6 +193,34 @@ def _add_actuators(spec: mujoco.MjSpec, joint_groups: dict) -> list:
         actuator.forcerange = [-group.effort_limit, group.effort_limit]
         added.append(actuator)
     return added
+
+
+def own_servos(spec: mujoco.MjSpec, mjcf: str) -> list:
+    """The MJCF's own actuators (a description with no actuator groups): each a position servo (fixed gain, affine
+    bias: kp (target - q) - kd qdot) on a joint, in the MJCF's joint order."""
+    actuators = list(spec.actuators)
+    if not actuators:
+        raise UsageError(f"actuators: {mjcf} has no actuators of its own: describe them with ActuatorGroup")
+    order = [j.name for j in spec.joints if j.type != mujoco.mjtJoint.mjJNT_FREE]
+    for actuator in actuators:
+        servo = (
+            actuator.trntype == mujoco.mjtTrn.mjTRN_JOINT
+            and actuator.target in order
+            and actuator.gaintype == mujoco.mjtGain.mjGAIN_FIXED
+            and actuator.biastype == mujoco.mjtBias.mjBIAS_AFFINE
+            and actuator.biasprm[1] == -actuator.gainprm[0]
+        )
+        if not servo:
+            raise UsageError(
+                f"actuators: {mjcf}'s actuator {actuator.name or actuator.id!r} is no position servo on a joint: "
+                "describe the robot's actuators with ActuatorGroup instead"
+            )
+    targets = [a.target for a in actuators]
+    if targets != sorted(set(targets), key=order.index):  # one each, in order
+        raise UsageError(
+            f"actuators: {mjcf}'s actuators must drive its joints once each, in the MJCF's joint order"
+        )
+    return actuators
 
 
 def _apply_collisions(spec: mujoco.MjSpec, description: RobotDescription, robot: list, feet: list) -> None:

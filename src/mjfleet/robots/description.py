@@ -151,6 +151,9 @@ class RobotDescription:
     mjcf: str
     """The MJCF file: relative to the fetched folder of `fetched` (see `robots fetch`), else a path."""
     actuators: tuple[ActuatorGroup, ...]
+    """The groups build_robot drives with position actuators of its own (replacing the MJCF's on their joints);
+    empty: the MJCF's own actuators drive the robot as they are (position servos: gains and force range read from
+    the MJCF), as for mjfleet's quadruped and humanoid."""
     home: HomePose
     base_body: str
     """The floating base: a body with a free joint (the velocity task tracks its velocity)."""
@@ -184,8 +187,8 @@ class RobotDescription:
         object.__setattr__(self, "reward_weights", dict(self.reward_weights))
         object.__setattr__(self, "physics", dict(self.physics))
         _options("physics", self.physics)
-        if not self.actuators or not all(isinstance(g, ActuatorGroup) for g in self.actuators):
-            raise UsageError("actuators: give a tuple of ActuatorGroup, at least one")
+        if not all(isinstance(g, ActuatorGroup) for g in self.actuators):
+            raise UsageError("actuators: give a tuple of ActuatorGroup (empty: the MJCF's own actuators)")
         if not isinstance(self.home, HomePose):
             raise UsageError("home: give a HomePose(keyframe=...) or HomePose(base_height=..., joints=...)")
         if not self.feet:

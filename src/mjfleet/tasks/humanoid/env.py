@@ -7,20 +7,13 @@ from __future__ import annotations
 import mujoco
 import torch
 
+from mjfleet.robots.mjfleet_humanoid import MJFLEET_HUMANOID
 from mjfleet.tasks.humanoid import rewards
 from mjfleet.tasks.humanoid.config import HumanoidConfig
 from mjfleet.tasks.locomotion.env import ROUGH_NCONMAX, ROUGH_NJMAX, LocomotionEnv
 
 SIDES = ("left", "right")
-LEG_JOINTS = ("hip_pitch", "hip_roll", "hip_yaw", "knee", "ankle_pitch", "ankle_roll")
 ARM_JOINTS = ("shoulder_pitch", "shoulder_roll", "shoulder_yaw", "elbow", "wrist_roll")
-JOINT_NAMES = (
-    *(f"{side}_{j}_joint" for side in SIDES for j in LEG_JOINTS),
-    "waist_yaw_joint",
-    *(f"{side}_{j}_joint" for side in SIDES for j in ARM_JOINTS),
-)
-UPPER_BODY_JOINTS = tuple(j for j in JOINT_NAMES if j.startswith("waist") or any(a in j for a in ARM_JOINTS))
-HIP_ROLL_YAW_JOINTS = tuple(f"{side}_{j}_joint" for side in SIDES for j in ("hip_roll", "hip_yaw"))
 # Rough ground: 11 collision geoms against one heightfield (at most 4 contacts each) plus the 5 leg pairs.
 HUMANOID_ROUGH_NCONMAX = max(ROUGH_NCONMAX, 11 * 4 + 5 * 4)
 
@@ -29,12 +22,8 @@ class HumanoidEnv(LocomotionEnv):
     """Humanoid-Velocity-Flat / -Rough: follow a commanded (vx, vy, yaw rate) in the pelvis frame."""
 
     cfg: HumanoidConfig
-    asset = "humanoid.xml"
-    joint_names = JOINT_NAMES
-    feet = SIDES
-    trunk = "torso_link"
-    base_contact_geoms = ("pelvis", "torso", "head")
-    undesired_contact_geoms = (*(f"{side}_{part}" for side in SIDES for part in ("thigh", "shin", "hand")),)
+    robot = MJFLEET_HUMANOID
+    trunk = "torso_link"  # the mass randomisation loads the torso (with the arms and head), not the pelvis
     reward_terms = rewards.TERMS
 
     def deployment_rules(self, trained_cfg: dict | None = None) -> dict | None:
@@ -54,16 +43,21 @@ class HumanoidEnv(LocomotionEnv):
     def setup(self) -> None:
         super().setup()
         m, n, dev = self.mj_model, self.num_envs, self.device
-        index = {name: i for i, name in enumerate(self.joint_names)}
-        self._upper_joints = torch.tensor([index[j] for j in UPPER_BODY_JOINTS], device=dev)
-        self._hip_joints = torch.tensor([index[j] for j in HIP_ROLL_YAW_JOINTS], device=dev)
+        # The gait terms' joints, by name, in actuator order: the waist and arms (posture), the hips' roll and yaw.
+        names = self.joint_names
+        upper = [i for i, j in enumerate(names) if j.startswith("waist") or any(a in j for a in ARM_JOINTS)]
+        hips = [i for i, j in enumerate(names) if "_hip_roll" in j or "_hip_yaw" in j]
+        self._upper_joints = torch.tensor(upper, device=dev)
+        self._hip_joints = torch.tensor(hips, device=dev)
 
-        # Feet: the ankle-roll bodies; the sole lies a fixed distance below the body's origin (from the keyframe).
-        self._foot_bodies = torch.tensor([m.body(f"{side}_ankle_roll_link").id for side in SIDES], device=dev)
+        # Feet: the sites' bodies (the ankle-roll links); the sole lies a fixed distance below the body's origin
+        # (from the keyframe, where the soles are at z = 0).
+        feet = self.built.foot_body_ids
+        self._foot_bodies = torch.tensor(feet, device=dev)
         data = mujoco.MjData(m)
-        mujoco.mj_resetDataKeyframe(m, data, m.key("home").id)
+        mujoco.mj_resetDataKeyframe(m, data, m.key(self.built.home_keyframe).id)
         mujoco.mj_kinematics(m, data)
-        self.sole_offset = float(data.xpos[m.body("left_ankle_roll_link").id][2])  # the soles are at z = 0
+        self.sole_offset = float(data.xpos[feet[0]][2])
         self.foot_pos = torch.zeros(n, len(SIDES), 3, device=dev)
         self.foot_vel_xy = torch.zeros(n, len(SIDES), 2, device=dev)
         self._last_foot_xy = torch.zeros(n, len(SIDES), 2, device=dev)

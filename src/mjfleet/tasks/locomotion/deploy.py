@@ -24,15 +24,14 @@ def trained_commands(env, trained_cfg: dict[str, Any] | None) -> dict[str, Any]:
 def touch_sensor_contact_rules(env) -> dict[str, Any]:
     """How the quadruped's model says what touches: the feet by their touch sensors, the trunk and legs by any
     contact of their geoms (with the ground or each other)."""
-    m = env.mj_model
     return {
         "foot_contact": {
-            "touch_sensor_adr": [int(m.sensor_adr[m.sensor(f"{foot}_foot_touch").id]) for foot in env.feet],
+            "touch_sensor_adr": [int(a) for a in env._touch_adr],
             "force_above": float(env.cfg.foot_contact_force),
         },
-        "ends_episode": {"kind": "geom_contact", "geoms": [m.geom(g).id for g in env.base_contact_geoms]},
-        "undesired_contacts": f"sum(geom_in_contact[{[m.geom(g).id for g in env.undesired_contact_geoms]!r}])",
-        "foot_geoms": [m.geom(f"{f}_foot").id for f in env.feet],
+        "ends_episode": {"kind": "geom_contact", "geoms": env.base_geoms.tolist()},
+        "undesired_contacts": f"sum(geom_in_contact[{env.leg_geoms.tolist()!r}])",
+        "foot_geoms": [int(g) for g in env.foot_geoms],
         "quantities": [],
     }
 

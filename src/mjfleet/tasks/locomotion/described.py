@@ -1,8 +1,9 @@
-"""The velocity task for a robot given as a `RobotDescription` (mjfleet.robots): `LocomotionEnv` with its robot's
-model and facts taken from `build_robot`, not from names in mjfleet's own MJCF.
+"""The velocity task for a third-party robot given as a `RobotDescription` (mjfleet.robots): `LocomotionEnv`,
+which builds its robot with `build_robot` (mjfleet's own quadruped and humanoid too), with mjlab's velocity physics
+options, the description's action scales, and contacts counted against the floor.
 
-A robot's task is one subclass naming its description (`robot = UNITREE_GO1`). What the description gives, the
-environment takes from the built robot: the model, the actuated joints (in actuator order), their default pose
+A robot's task passes its description (TaskSpec.env_kwargs) or names it (`robot = UNITREE_GO1`). What the
+description gives, the environment takes from the built robot: the model, the actuated joints (in actuator order), their default pose
 (the home keyframe) and per-joint action scales (target = default + scale x action), the base body (its mass is
 randomised), the feet (their collision geoms: contact, air time, friction randomisation) and the bodies whose
 contact with the ground ends an episode. The rewards, observations, commands, events and the other terminations are
@@ -15,7 +16,6 @@ from __future__ import annotations
 from typing import ClassVar
 
 import mujoco
-import numpy as np
 import torch
 
 from mjfleet.robots import BuiltRobot, RobotDescription, build_robot
@@ -86,33 +86,14 @@ class RobotVelocityEnv(LocomotionEnv):
         return deployment_rules(self, trained_cfg, contacts=floor_contact_rules(self))
 
     def _setup_robot(self) -> None:
-        b, m, dev = self.built, self.mj_model, self.device
-        nj = len(b.joint_names)
-        if self.num_actions != nj:
-            raise ValueError(
-                f"{b.mjcf.name} has {self.num_actions} actuators, the description drives {nj} joints"
-            )
-        qpos0, dof0 = int(b.qpos_adr[0]), int(b.dof_adr[0])
-        free = m.body_jntadr[b.base_body_id]
-        if m.nq != 7 + nj or qpos0 != 7 or m.jnt_qposadr[free] != 0 or (np.diff(b.qpos_adr) != 1).any():
-            # events.reset_robot_state writes qpos as (base position, orientation, joints)
-            raise ValueError(
-                f"{b.mjcf.name}: the velocity task needs the base's free joint, then the actuated joints"
-            )
-        self.joint_names = b.joint_names
-        self._qj, self._vj = slice(qpos0, qpos0 + nj), slice(dof0, dof0 + nj)
-        self.default_joint_pos = torch.tensor(b.default_joint_pos, dtype=torch.float32, device=dev)
-        joint_range = torch.tensor(m.jnt_range[[m.joint(n).id for n in b.joint_names]], dtype=torch.float32)
-        self.joint_lower, self.joint_upper = joint_range[:, 0].to(dev), joint_range[:, 1].to(dev)
-        self.joint_action_scale = torch.tensor(b.action_scale, dtype=torch.float32, device=dev)
+        super()._setup_robot()
+        self.joint_action_scale = torch.tensor(
+            self.built.action_scale, dtype=torch.float32, device=self.device
+        )
 
-        self.feet = self.robot.feet
-        self.trunk_body = b.base_body_id
-        robot_geoms = [
-            g
-            for g in range(m.ngeom)
-            if m.geom_bodyid[g] != 0 and (m.geom_contype[g] or m.geom_conaffinity[g])
-        ]
+    def _setup_contact_geoms(self, robot_geoms: list[int]) -> None:
+        """Contacts are counted against the floor (`_update_contacts`), feet by their collision geoms."""
+        b, m, dev = self.built, self.mj_model, self.device
         foot_geoms = {g for geoms in b.foot_geom_ids for g in geoms}
         self.foot_geoms = sorted(foot_geoms)
         terminating = [g for g in robot_geoms if m.geom_bodyid[g] in b.terminate_body_ids]

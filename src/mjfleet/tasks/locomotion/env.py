@@ -5,6 +5,9 @@ position-servo targets; the base state is read from qpos/qvel, foot contact from
 other contacts (trunk, thighs, calves) from the simulation's contact list, scattered per world on device.
 Everything is batched over environments with torch: no per-environment Python, no host synchronisation.
 
+The robot is data: `robot`, a `RobotDescription` (mjfleet.robots.mjfleet_quadruped), built with `build_robot`;
+the joints, feet, touch sensors and contact geoms come from the built robot (tasks/locomotion/robot.py).
+
 The task's terms are plain functions of the environment in tasks/locomotion/mdp/ (commands, events, observations,
 rewards); this class holds the model, the buffers and the contact and base state, and calls the terms from its hooks.
 """
@@ -19,15 +22,15 @@ import torch
 import warp as wp
 from mujoco_warp import OverflowType
 
-from mjfleet.assets import asset_path
 from mjfleet.envs import NAN_RESETS_KEY, MujocoVecEnv
+from mjfleet.robots import BuiltRobot, RobotDescription, build_robot
+from mjfleet.robots.mjfleet_quadruped import MJFLEET_QUADRUPED
 from mjfleet.tasks.locomotion.config import LocomotionConfig
 from mjfleet.tasks.locomotion.math import projected_gravity, quat_rotate_inverse
 from mjfleet.tasks.locomotion.mdp import commands, events, observations, rewards
+from mjfleet.tasks.locomotion.robot import joint_slices, robot_collision_geoms, touch_sensor_adr
 from mjfleet.tasks.locomotion.terrain import HeightMap, Terrain
 
-LEGS = ("FR", "FL", "RR", "RL")
-JOINT_NAMES = tuple(f"{leg}_{part}_joint" for leg in LEGS for part in ("hip", "thigh", "calf"))
 # Contact-buffer sizes per world. Flat: the model's own <size> (worst case 24 contacts, 108 rows). Heightfield:
 # mujoco_warp keeps at most 4 contacts per hfield-geom pair, so 13 robot geoms give at most 52 contacts and
 # 52 x 4 pyramidal rows + 12 joint limits = 220 rows. Measurements: docs/tasks.md; overflow is logged as
@@ -57,28 +60,22 @@ class LocomotionEnv(MujocoVecEnv):
     silenced_overflow_warnings = _ITERATIONS_BIT | _LS_ITERATIONS_BIT
     reward_terms = rewards.TERMS
 
-    # The robot, by the names in its model; another legged robot (tasks/humanoid) overrides these.
-    asset = "quadruped.xml"
-    joint_names: tuple[str, ...] = JOINT_NAMES
-    """Actuated joints, in actuator order (contiguous in qpos after the free joint)."""
-    feet: tuple[str, ...] = LEGS
-    """Foot prefixes: geom "<foot>_foot" and touch sensor "<foot>_foot_touch"."""
-    trunk: str = "trunk"
-    """The body whose mass is randomised."""
-    base_contact_geoms: tuple[str, ...] = ("trunk",)
-    """Geoms whose contact with anything ends the episode."""
-    undesired_contact_geoms: tuple[str, ...] = tuple(
-        f"{leg}_{part}" for leg in LEGS for part in ("thigh", "calf")
-    )
-    """Geoms whose contacts the undesired_contacts term counts."""
+    robot: RobotDescription = MJFLEET_QUADRUPED
+    """The robot, as data (mjfleet.robots): its model and the facts the task reads from it, through `build_robot`
+    (tasks/humanoid gives its own; tasks/locomotion/described.py a third-party robot's)."""
+    trunk: str | None = None
+    """The body whose mass is randomised; None: the robot's base body."""
 
     # ------------------------------------------------------------------ model
     def build_model(self) -> mujoco.MjModel:
-        spec = mujoco.MjSpec.from_file(str(asset_path(self.asset)))
+        self.built: BuiltRobot = build_robot(self.robot)
+        spec = self.built.spec
+        for name, value in self.robot.physics.items():
+            setattr(spec.option, name, value)
         self.terrain: Terrain | None = None
         if self.cfg.terrain.kind == "rough":
             self.terrain = Terrain(self.cfg.terrain)
-            self.terrain.add_to_spec(spec, geom_name="floor")
+            self.terrain.add_to_spec(spec, geom_name=self.built.model.geom(self.built.floor_geom_id).name)
         elif self.cfg.terrain.kind != "flat":
             raise ValueError(f"terrain.kind must be 'flat' or 'rough', got {self.cfg.terrain.kind!r}")
         self.mj_spec = spec  # an export writes the MJCF this model was compiled from
@@ -161,41 +158,36 @@ class LocomotionEnv(MujocoVecEnv):
         self._policy_noise = observations.actor_noise_scale(self, deployable=True)
 
     def _setup_robot(self) -> None:
-        """The robot's facts, by the names in its model (the class attributes): joint slices, default pose, joint
-        limits, action scales, contact geoms, the trunk and the feet's touch sensors. A task whose robot comes
-        from a description sets the same attributes from it (tasks/locomotion/described.py)."""
-        cfg, m, dev = self.cfg, self.mj_model, self.device
-        if self.num_actions != len(self.joint_names):
-            raise ValueError(f"expected {len(self.joint_names)} actuators, the model has {self.num_actions}")
-
-        # Actuators drive the joints in order; their qpos/qvel entries are contiguous after the free joint.
-        joint_ids = [m.joint(name).id for name in self.joint_names]
-        if list(m.actuator_trnid[:, 0]) != joint_ids:
-            raise ValueError("actuators must drive the joints in the order " + ", ".join(self.joint_names))
-        qpos_adr, dof_adr = int(m.jnt_qposadr[joint_ids[0]]), int(m.jnt_dofadr[joint_ids[0]])
-        self._qj = slice(qpos_adr, qpos_adr + len(joint_ids))
-        self._vj = slice(dof_adr, dof_adr + len(joint_ids))
-        home = m.key("home")
-        self.default_joint_pos = torch.tensor(home.qpos[self._qj], dtype=torch.float32, device=dev)
-        joint_range = torch.tensor(m.jnt_range[joint_ids], dtype=torch.float32, device=dev)
-        self.joint_lower, self.joint_upper = joint_range[:, 0], joint_range[:, 1]
-        scale = torch.full((len(joint_ids),), cfg.action_scale, device=dev)
+        """The robot's facts, from its built description: joint slices, default pose (the home keyframe), joint
+        limits, action scales, the terminating and undesired contact geoms, the randomised body and the feet (their
+        collision geoms, and the touch sensors on their sites that say when they touch)."""
+        cfg, b, m, dev = self.cfg, self.built, self.mj_model, self.device
+        self._qj, self._vj = joint_slices(b, m, self.num_actions)
+        self.joint_names = b.joint_names
+        self.default_joint_pos = torch.tensor(b.default_joint_pos, dtype=torch.float32, device=dev)
+        joint_range = torch.tensor(m.jnt_range[[m.joint(n).id for n in b.joint_names]], dtype=torch.float32)
+        self.joint_lower, self.joint_upper = joint_range[:, 0].to(dev), joint_range[:, 1].to(dev)
+        scale = torch.full((len(b.joint_names),), cfg.action_scale, device=dev)
         if cfg.scale_actions_by_servo:
-            torque_limit, kp = m.actuator_forcerange[:, 1], m.actuator_gainprm[:, 0]
-            if not m.actuator_forcelimited.all() or (kp <= 0).any():
-                raise ValueError("scale_actions_by_servo needs every servo to have a forcerange and kp > 0")
-            scale = scale * torch.tensor(torque_limit / kp, dtype=torch.float32, device=dev)
+            scale = scale * torch.tensor(b.effort_limit / b.kp, dtype=torch.float32, device=dev)
         self.joint_action_scale = scale
         """Per joint (rad per unit action): targets = default_joint_pos + joint_action_scale * action."""
 
-        self.trunk_geom = m.geom(self.base_contact_geoms[0]).id
-        self.base_geoms = torch.tensor([m.geom(g).id for g in self.base_contact_geoms], device=dev)
-        self.foot_geoms = [m.geom(f"{foot}_foot").id for foot in self.feet]
-        self.leg_geoms = torch.tensor([m.geom(g).id for g in self.undesired_contact_geoms], device=dev)
-        self.trunk_body = m.body(self.trunk).id
-        self._touch_adr = torch.tensor(
-            [int(m.sensor_adr[m.sensor(f"{foot}_foot_touch").id]) for foot in self.feet], device=dev
-        )
+        self.feet = self.robot.feet
+        self.trunk_body = b.base_body_id if self.trunk is None else m.body(self.trunk).id
+        self._setup_contact_geoms(robot_collision_geoms(m))
+
+    def _setup_contact_geoms(self, robot_geoms: list[int]) -> None:
+        """The feet's geoms and touch sensors, the geoms whose contact ends an episode and the undesired ones."""
+        b, m, dev = self.built, self.mj_model, self.device
+        self.foot_geoms = [g for geoms in b.foot_geom_ids for g in geoms]
+        base_geoms = [g for g in robot_geoms if m.geom_bodyid[g] in b.terminate_body_ids]
+        self.trunk_geom = base_geoms[0]
+        self.base_geoms = torch.tensor(base_geoms, device=dev)
+        # undesired_contacts: the robot's collision geoms but the feet's and those whose contact ends an episode
+        others = [g for g in robot_geoms if g not in self.foot_geoms and g not in base_geoms]
+        self.leg_geoms = torch.tensor(others, device=dev)
+        self._touch_adr = torch.tensor(touch_sensor_adr(m, b), device=dev)
 
     def _setup_terrain(self) -> None:
         n, dev, tcfg = self.num_envs, self.device, self.cfg.terrain
