@@ -124,7 +124,7 @@ def bench_worker(job: BenchJob) -> dict[str, Any] | None:
                     point["gpu_warp_peak_bytes"] = None
             points.append(point)
             if ctx.is_main and not job.quiet:
-                print(_progress_line(job, point, ctx.world_size), flush=True)
+                print(report.progress_line(job.task, job.steps, point, ctx.world_size), flush=True)
             runner.close()
             del env, runner, actions
             gc.collect()
@@ -338,17 +338,3 @@ def _gather(result: dict[str, Any], ctx) -> list[dict[str, Any]]:
     from mjfleet.fleet.reduce import gather_json
 
     return sorted(gather_json(result, ctx.world_size, ctx.group), key=lambda r: r["rank"])
-
-
-def _progress_line(job: BenchJob, point: dict[str, Any], workers: int) -> str:
-    n = point["num_envs"]
-    parts = [f"{job.task}: {workers} x {n} envs"]
-    for phase in ("physics", "env", "rollout"):
-        times = point.get(f"{phase}_s")
-        if times:
-            parts.append(f"{phase} {workers * n * job.steps / min(times):,.0f}/s")
-    iterations = point.get("iterations")
-    if iterations:
-        best = min(report.iteration_s(it) for it in iterations)
-        parts.append(f"training {workers * point['steps_per_iteration'] / best:,.0f}/s")
-    return "  ".join(parts) + " (rank 0's view; env-steps/s)"

@@ -218,3 +218,18 @@ def _speedups(pairs: list[tuple[dict, dict]], phase: str, rate: str, workers: in
     best = max(p[phase][rate] for _, p in pairs) / max(base[phase][rate] for base, _ in pairs)
     return {"speedup": median, "efficiency": median / workers, "speedups": each, "range": [min(each), max(each)],
             "best_speedup": best}  # fmt: skip
+
+
+def progress_line(task: str, steps: int, point: dict[str, Any], workers: int) -> str:
+    """One env count's rates as rank 0 measured them, printed while bench runs (the table comes at the end)."""
+    n = point["num_envs"]
+    parts = [f"{task}: {workers} x {n} envs"]
+    for phase in ("physics", "env", "rollout"):
+        times = point.get(f"{phase}_s")
+        if times:
+            parts.append(f"{phase} {workers * n * steps / min(times):,.0f}/s")
+    iterations = point.get("iterations")
+    if iterations:
+        best = min(iteration_s(it) for it in iterations)
+        parts.append(f"training {workers * point['steps_per_iteration'] / best:,.0f}/s")
+    return "  ".join(parts) + " (rank 0's view; env-steps/s)"
