@@ -112,14 +112,20 @@ def test_the_queue_hands_out_each_configuration_once_per_seed_then_stops():
         assert len({lr for _, lr in runs}) == 1  # the seeds of one configuration share its parameters
 
 
-@NEEDS_OPTUNA
-def test_an_interrupted_trial_is_continued_from_its_run_directory(tmp_path):
+def _first_trial_with_a_checkpoint(tmp_path):
+    """A one-trial queue, its first trial taken, and a run directory with a checkpoint for it."""
     queue = _queue(configs=1, seeds=1)
     first = queue.next()
     assert first is not None
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     (run_dir / "model_3.pt").write_bytes(b"")
+    return queue, first, run_dir
+
+
+@NEEDS_OPTUNA
+def test_an_interrupted_trial_is_continued_from_its_run_directory(tmp_path):
+    queue, first, run_dir = _first_trial_with_a_checkpoint(tmp_path)
     first.trial.set_user_attr("run_dir", str(run_dir))
     # the sweep died while it ran (kill -9, a Slurm requeue): its RUNNING trial is this owner's and stale
     assert queue.recover(stale=True) == [first.trial.number]
@@ -134,12 +140,7 @@ def test_an_interrupted_trial_is_continued_from_its_run_directory(tmp_path):
 def test_a_trial_interrupted_in_its_evaluation_is_only_evaluated_again(tmp_path):
     from optuna.trial import TrialState
 
-    queue = _queue(configs=1, seeds=1)
-    first = queue.next()
-    assert first is not None
-    run_dir = tmp_path / "run"
-    run_dir.mkdir()
-    (run_dir / "model_3.pt").write_bytes(b"")
+    queue, first, run_dir = _first_trial_with_a_checkpoint(tmp_path)
     for key, value in {"run_dir": str(run_dir), "interrupted": True, "trained": True}.items():
         first.trial.set_user_attr(key, value)  # as the runner tells an evaluation that the sweep's stop ended
     queue.study.tell(first.trial, state=TrialState.FAIL)

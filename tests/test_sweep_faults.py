@@ -7,14 +7,12 @@ step. A host that fails mid-sweep is tested with the namespace hosts, in tests/t
 from __future__ import annotations
 
 import json
-import os
 import re
 import signal
 import subprocess
 import time
 from pathlib import Path
 
-import psutil
 import pytest
 import yaml
 from helpers import needs_infrastructure, poll, require_infrastructure, run_cli
@@ -26,9 +24,12 @@ from test_sweep_run import (
     TRAIN_FLAGS,
     optuna,
     report_of,
+    slurm_env,
     start_sweep,
     stop_tree,
     study_of,
+    submit_sweep_array,
+    trials_of,
 )
 
 UPRIGHT = "env.rewards.upright"
@@ -37,19 +38,6 @@ pytestmark = [
     pytest.mark.slow,  # real train and play processes, minutes on 2 cores: `.ci/run` runs them in its second step
     needs_infrastructure(lambda: None if optuna else "the sweep extra is missing: uv sync --extra sweep"),
 ]
-
-
-def plays_of(sweep_dir: Path) -> list[psutil.Process]:
-    """The running `play` evaluations of trials of `sweep_dir`."""
-    found = []
-    for p in psutil.process_iter():
-        try:
-            cmd = p.cmdline()
-        except psutil.Error:
-            continue
-        if "mjfleet.cli.play" in cmd and any(part.startswith(str(sweep_dir / "runs")) for part in cmd):
-            found.append(p)
-    return found
 
 
 def test_the_median_pruner_prunes_a_configuration_without_the_upright_reward_and_keeps_its_run(tmp_path):
@@ -109,15 +97,9 @@ def test_a_minutes_budget_stops_a_huge_iteration_budget_with_a_checkpoint_then_e
     assert trial.user_attrs["seconds"] < NO_HANG_S
 
 
-def _slurm_env(cluster) -> dict[str, str]:
-    # Jobs inherit this environment: the cluster, the shared kernel cache, and a frozen `uv run`.
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "SBATCH_", "SRUN_"))}
-    return env | {**cluster.env(), "WARP_CACHE_PATH": os.environ["WARP_CACHE_PATH"], "UV_FROZEN": "1"}
-
-
 def _job_fields(cluster, job: str) -> dict[str, str]:
     shown = subprocess.run(cluster.client("scontrol", "show", "job", job), capture_output=True, text=True,
-                           env=_slurm_env(cluster), timeout=60)  # fmt: skip
+                           env=slurm_env(cluster), timeout=60)  # fmt: skip
     return dict(re.findall(r"(\w+)=(\S*)", shown.stdout))
 
 
@@ -146,14 +128,8 @@ def test_a_requeued_array_task_continues_its_interrupted_trial_and_the_study_los
              *EVAL, *TRAIN_FLAGS]  # fmt: skip
     logs = tmp_path / "array_*.out"
     with running_cluster(tmp_path / "slurm") as cluster:
-        env = _slurm_env(cluster)
-        submitted = subprocess.run(
-            cluster.client("sbatch", "--parsable", f"--output={tmp_path / 'array_%a.out'}", f"--chdir={ROOT}",
-                           "--array=0", "-n", "1", str(ROOT / "scripts" / "slurm" / "sweep.sbatch"), *sweep),
-            capture_output=True, text=True, env=env, timeout=60,
-        )  # fmt: skip
-        assert submitted.returncode == 0, submitted.stderr
-        task = submitted.stdout.strip().split(";")[0] + "_0"
+        env = slurm_env(cluster)
+        task = submit_sweep_array(cluster, "0", sweep, tmp_path / "array_%a.out") + "_0"
         training = poll(lambda: list((sweep_dir / "runs").glob("*/*/metrics.jsonl")), timeout=NO_HANG_S)
         assert training, f"the first trial did not reach its first iteration: {_tail(logs)}"
         subprocess.run(cluster.client("scontrol", "requeue", task), env=env, timeout=60, check=True)
@@ -201,7 +177,7 @@ def test_hosts_slurm_in_a_batch_job_places_the_trials_on_the_allocations_node(tm
         submitted = subprocess.run(
             cluster.client("sbatch", "--parsable", f"--output={logs}", f"--chdir={ROOT}", "-n", "1",
                            f"--wrap=exec {' '.join(sweep)}"),
-            capture_output=True, text=True, env=_slurm_env(cluster), timeout=60,
+            capture_output=True, text=True, env=slurm_env(cluster), timeout=60,
         )  # fmt: skip
         assert submitted.returncode == 0, submitted.stderr
         _wait_job_end(cluster, submitted.stdout.strip().split(";")[0], logs)
@@ -219,7 +195,7 @@ def test_ctrl_c_during_a_trials_evaluation_leaves_it_interrupted_and_resume_eval
     proc = start_sweep("Cartpole-Balance", "--iterations", "2", "--gpu-ids", "None", "--slots", "1",
                        "--sweep-dir", str(sweep_dir), *EVAL, *TRAIN_FLAGS, cwd=tmp_path)  # fmt: skip
     try:
-        evaluating = poll(lambda: plays_of(sweep_dir), timeout=NO_HANG_S)
+        evaluating = poll(lambda: trials_of(sweep_dir, "play"), timeout=NO_HANG_S)
         assert evaluating, "the trial's evaluation did not start"
         proc.send_signal(signal.SIGINT)  # Ctrl-C while play evaluates the trained run
         out, err = proc.communicate(timeout=NO_HANG_S)

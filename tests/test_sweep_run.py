@@ -73,15 +73,33 @@ def stop_tree(proc: subprocess.Popen) -> None:
     proc.wait(timeout=60)
 
 
-def trains_of(sweep_dir: Path) -> list[psutil.Process]:
-    """The running `train` processes of trials of `sweep_dir` (started in sessions of their own)."""
+def slurm_env(cluster) -> dict[str, str]:
+    """What the test cluster's jobs inherit: the cluster, the shared kernel cache and a frozen `uv run`."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "SBATCH_", "SRUN_"))}
+    return env | {**cluster.env(), "WARP_CACHE_PATH": os.environ["WARP_CACHE_PATH"], "UV_FROZEN": "1"}
+
+
+def submit_sweep_array(cluster, array: str, sweep: list[str], output: Path) -> str:
+    """sbatch scripts/slurm/sweep.sbatch as an array (`--array=<array>`) running `sweep`; returns the job id."""
+    submitted = subprocess.run(
+        cluster.client("sbatch", "--parsable", f"--output={output}", f"--chdir={ROOT}", f"--array={array}", "-n",
+                       "1", str(ROOT / "scripts" / "slurm" / "sweep.sbatch"), *sweep),
+        capture_output=True, text=True, env=slurm_env(cluster), timeout=60,
+    )  # fmt: skip
+    assert submitted.returncode == 0, submitted.stderr
+    return submitted.stdout.strip().split(";")[0]
+
+
+def trials_of(sweep_dir: Path, command: str = "train") -> list[psutil.Process]:
+    """The running `train` (or `play`) processes of trials of `sweep_dir` (started in sessions of their own): their
+    command line names a path under the sweep's runs/ (train's --log-root, play's --load-run)."""
     found = []
     for p in psutil.process_iter():
         try:
             cmd = p.cmdline()
         except psutil.Error:
             continue
-        if "mjfleet.cli.train" in cmd and str(sweep_dir / "runs") in cmd:
+        if f"mjfleet.cli.{command}" in cmd and any(part.startswith(str(sweep_dir / "runs")) for part in cmd):
             found.append(p)
     return found
 
@@ -132,7 +150,7 @@ def test_kill_9_of_a_trials_worker_fails_that_trial_with_its_reason_and_the_swee
         *TRAIN_FLAGS, cwd=tmp_path,
     )  # fmt: skip
     try:
-        first = poll(lambda: [p for p in trains_of(sweep_dir) if any((sweep_dir / "runs").glob("*/*/metrics.jsonl"))],
+        first = poll(lambda: [p for p in trials_of(sweep_dir) if any((sweep_dir / "runs").glob("*/*/metrics.jsonl"))],
                      timeout=NO_HANG_S)  # fmt: skip
         assert first, "no trial reached its first iteration"
         victim = first[0]
@@ -163,7 +181,7 @@ def test_ctrl_c_stops_the_sweep_cleanly_and_resume_continues_its_trials_from_the
         stop_tree(proc)
     assert proc.returncode == 130, out[-3000:] + err[-3000:]
     assert f"continue with: uv run sweep --resume {sweep_dir}" in out
-    assert not trains_of(sweep_dir)
+    assert not trials_of(sweep_dir)
     stopped = study_of(sweep_dir).get_trials()
     assert [t.user_attrs.get("interrupted") for t in stopped] == [True, True]
     for t in stopped:
@@ -249,16 +267,8 @@ def test_a_slurm_array_whose_tasks_run_the_same_sweep_joins_one_study(tmp_path):
              "--iterations", "8", "--gpu-ids", "None", "--slots", "1", "--sweep-dir", str(sweep_dir), *EVAL,
              *TRAIN_FLAGS]  # fmt: skip
     with running_cluster(tmp_path / "slurm") as cluster:
-        # The jobs inherit this environment: the cluster, the shared kernel cache, and a frozen `uv run`.
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "SBATCH_", "SRUN_"))}
-        env |= {**cluster.env(), "WARP_CACHE_PATH": os.environ["WARP_CACHE_PATH"], "UV_FROZEN": "1"}
-        submitted = subprocess.run(
-            cluster.client("sbatch", "--parsable", f"--output={tmp_path / 'array_%a.out'}", f"--chdir={ROOT}",
-                           "--array=0-1", "-n", "1", str(ROOT / "scripts" / "slurm" / "sweep.sbatch"), *sweep),
-            capture_output=True, text=True, env=env, timeout=60,
-        )  # fmt: skip
-        assert submitted.returncode == 0, submitted.stderr
-        job = submitted.stdout.strip().split(";")[0]
+        env = slurm_env(cluster)
+        job = submit_sweep_array(cluster, "0-1", sweep, tmp_path / "array_%a.out")
 
         def ended() -> bool:
             shown = subprocess.run(cluster.client("squeue", "-h", "-j", job), capture_output=True, text=True,

@@ -57,7 +57,8 @@ def joint_limits(env) -> torch.Tensor:
 
 
 def undesired_contacts(env) -> torch.Tensor:
-    """The number of `undesired_contact_geoms` (thighs, calves) touching anything."""
+    """The number of the robot's collision geoms touching anything that are neither feet nor episode-ending
+    (`env.leg_geoms`: the quadruped's thighs and calves)."""
     return (env.contact_counts[:, env.leg_geoms] > 0).float().sum(dim=1)
 
 
