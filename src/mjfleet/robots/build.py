@@ -133,9 +133,9 @@ def build_robot(description: RobotDescription) -> BuiltRobot:
         raise UsageError(f"actuators: {path.name}'s own actuators need a forcerange (the effort limit)")
     kp = model.actuator_gainprm[ids, 0].copy()
     effort = model.actuator_forcerange[ids, 1].copy()
+    # NaN where no group gives one (or the MJCF's own servos drive the joint)
     velocity = np.array(
-        [(joint_groups[n].velocity_limit if n in joint_groups else None) or np.nan for n in names],
-        dtype=float,
+        [getattr(joint_groups.get(n), "velocity_limit", None) or np.nan for n in names], float
     )
     scale = np.full(len(names), description.action_scale) if description.action_scale else None
     return BuiltRobot(

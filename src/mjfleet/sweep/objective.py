@@ -27,6 +27,12 @@ TOP_LEVEL: dict[str, Direction] = {
 """eval.json's numbers that every task's evaluation reports, each with the direction that means better."""
 
 
+def ended_early(terminations: dict[str, int] | None) -> tuple[int, int]:
+    """(episodes ended before the time limit, episodes ended) from eval.json's `terminations` (cause -> count)."""
+    causes = terminations or {}
+    return sum(n for cause, n in causes.items() if cause != "time_out"), sum(causes.values())
+
+
 @dataclass(frozen=True)
 class Objective:
     """One number of eval.json and whether larger or smaller is better."""
@@ -42,9 +48,7 @@ class Objective:
     def value(self, summary: dict[str, Any]) -> float | None:
         """The objective in an eval.json summary; None when it does not report it (no episode ended, ...)."""
         if self.name == "early_terminations":
-            return float(
-                sum(n for cause, n in summary.get("terminations", {}).items() if cause != "time_out")
-            )
+            return float(ended_early(summary.get("terminations"))[0])
         group, _, key = self.name.partition(".")
         if key and group in ("metrics", "terminations"):
             found = summary.get(group, {}).get(key)

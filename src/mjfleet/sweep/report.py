@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from mjfleet.runs.run_dir import atomic_write_text
-from mjfleet.sweep.objective import Objective
+from mjfleet.sweep.objective import Objective, ended_early
 from mjfleet.sweep.stats import iqm, stratified_bootstrap_ci
 
 
@@ -52,12 +52,6 @@ class ConfigResult:
         if not self.ended_early:
             return "-"
         return f"{sum(e for e, _ in self.ended_early.values())} of {sum(n for _, n in self.ended_early.values())}"
-
-
-def ended_early(terminations: dict[str, int] | None) -> tuple[int, int]:
-    """(episodes ended before the time limit, episodes ended) from eval.json's `terminations` (cause -> count)."""
-    causes = terminations or {}
-    return sum(n for cause, n in causes.items() if cause != "time_out"), sum(causes.values())
 
 
 def collect(study: Any, objective: Objective) -> list[ConfigResult]:

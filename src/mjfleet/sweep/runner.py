@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mjfleet.signals import StopSignals
-from mjfleet.sweep.report import ended_early
+from mjfleet.sweep.objective import ended_early
 from mjfleet.sweep.slots import Slot
 from mjfleet.sweep.study import TrialQueue
 from mjfleet.sweep.trial import Outcome, SweepSpec, TrialProcess
