@@ -18,7 +18,7 @@ from typing import ClassVar
 import mujoco
 import torch
 
-from mjfleet.robots import BuiltRobot, RobotDescription, build_robot
+from mjfleet.robots import RobotDescription
 from mjfleet.robots.mjcf import as_written
 from mjfleet.robots.unitree_g1 import UNITREE_G1
 from mjfleet.robots.unitree_go1 import UNITREE_GO1
@@ -57,14 +57,14 @@ class RobotVelocityEnv(LocomotionEnv):
             self.physics = physics
         super().__init__(cfg, device)
 
+    def physics_options(self) -> dict:
+        return {**PHYSICS, **self.physics, **self.robot.physics}
+
     def build_model(self) -> mujoco.MjModel:
         if self.cfg.terrain.kind != "flat":
             raise ValueError(f"{type(self).__name__} is flat-ground only (terrain.kind 'flat')")
         self.terrain = None
-        self.built: BuiltRobot = build_robot(self.robot)
-        spec = self.built.spec
-        for name, value in {**PHYSICS, **self.physics, **self.robot.physics}.items():
-            setattr(spec.option, name, value)
+        spec = self.build_robot_spec()
         # The feet's friction wins against the floor's (MuJoCo takes the higher priority's), so that randomising it
         # acts (as the quadruped's MJCF does; mjlab 1.6.0 go1_constants FULL_COLLISION: feet priority 1).
         feet = {g for geoms in self.built.foot_geom_ids for g in geoms}

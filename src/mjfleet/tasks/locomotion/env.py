@@ -67,11 +67,20 @@ class LocomotionEnv(MujocoVecEnv):
     """The body whose mass is randomised; None: the robot's base body."""
 
     # ------------------------------------------------------------------ model
-    def build_model(self) -> mujoco.MjModel:
+    def physics_options(self) -> dict:
+        """MuJoCo <option> settings over the MJCF's: the description's (a third-party robot's task adds its own)."""
+        return dict(self.robot.physics)
+
+    def build_robot_spec(self) -> mujoco.MjSpec:
+        """The robot built from its description (`self.built`), with `physics_options` set: the spec to compile."""
         self.built: BuiltRobot = build_robot(self.robot)
         spec = self.built.spec
-        for name, value in self.robot.physics.items():
+        for name, value in self.physics_options().items():
             setattr(spec.option, name, value)
+        return spec
+
+    def build_model(self) -> mujoco.MjModel:
+        spec = self.build_robot_spec()
         self.terrain: Terrain | None = None
         if self.cfg.terrain.kind == "rough":
             self.terrain = Terrain(self.cfg.terrain)
