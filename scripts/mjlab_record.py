@@ -63,6 +63,9 @@ STATE_FIELDS = ("qpos", "qvel", "qacc", "ctrl", "actuator_force", "qfrc_actuator
                 "cvel", "subtree_com", "site_xpos", "site_xmat", "sensordata")  # fmt: skip
 CONTACT_FIELDS = ("found", "force", "current_air_time", "last_air_time", "current_contact_time",
                   "last_contact_time", "force_history")  # fmt: skip
+CORRUPTION_IN_CONFIG: dict[
+    str, bool
+] = {}  # each observation group's enable_corruption before make_env's change
 HEIGHT_FIELDS = ("heights", "distances", "hit_pos_w", "frame_pos_w", "normals_w")
 
 
@@ -104,7 +107,8 @@ def make_env(robot: str, num_envs: int, seed: int) -> ManagerBasedRlEnv:
     cfg = load_env_cfg(TASKS[robot])  # the training config (play=False)
     cfg.scene.num_envs = num_envs
     cfg.seed = seed
-    for group in cfg.observations.values():
+    for name, group in cfg.observations.items():
+        CORRUPTION_IN_CONFIG[name] = group.enable_corruption
         group.enable_corruption = False  # no observation noise: observation terms compare exactly
     return ManagerBasedRlEnv(cfg=cfg, device="cpu")
 
@@ -350,7 +354,7 @@ def term_configs(env: ManagerBasedRlEnv) -> dict:
                          "noise_in_config": jsonable(env.cfg.observations[group].terms[name].noise),
                          "history_length": cfg.history_length, "delay_max_lag": cfg.delay_max_lag})  # fmt: skip
         observations[group] = {"terms": rows, "concatenated_shape": list(om.group_obs_dim[group]),
-                               "corruption_in_config": env.cfg.observations[group].enable_corruption}  # fmt: skip
+                               "corruption_in_config": CORRUPTION_IN_CONFIG[group]}  # fmt: skip
     events = []
     for mode, names in em.active_terms.items():
         for name in names:
@@ -583,6 +587,8 @@ def distributions(args: argparse.Namespace) -> None:
             entry["per_axis"] = stats(x[:, 0, :])  # first entity (all share one draw when shared_random)
             entry["per_axis_all_entities"] = stats(x)
             if "friction" in entry["func"]:
+                # every friction event's entry shows the whole friction vector; this event draws these axes
+                entry["axes_drawn"] = cfg.params.get("axes") or [0]
                 entry["log_per_axis"] = stats(torch.log(x[:, 0, :].clamp_min(1e-12)))
         else:
             entry["per_joint"] = stats(x)
