@@ -53,19 +53,27 @@ def _value(result: dict, metric: str) -> float:
 
 
 def _set(obj, dotted: str) -> None:
-    """`ppo.learning_rate=3e-4` -> obj.ppo.learning_rate = 3e-4 (typed like the current value)."""
+    """`ppo.learning_rate=3e-4` -> obj.ppo.learning_rate = 3e-4 (typed like the current value); through a recipe,
+    `rewards.alive=0.5` sets that entry's weight and `rewards.alive.params.x=1` a parameter."""
+    from mjfleet.envs.terms import Term
+
     path, raw = dotted.split("=", 1)
     *parents, name = path.split(".")
     for parent in parents:
-        obj = getattr(obj, parent)
-    current = getattr(obj, name)
+        obj = obj[parent] if isinstance(obj, dict) else getattr(obj, parent)
+    if isinstance(obj, dict) and isinstance(obj.get(name), Term):
+        obj, name = obj[name], "weight"
+    current = obj[name] if isinstance(obj, dict) else getattr(obj, name)
     if isinstance(current, tuple):
         value = tuple(type(current[0])(v) for v in raw.split(","))
     elif isinstance(current, bool):
         value = raw.lower() in ("1", "true")
     else:
         value = type(current)(raw) if current is not None else raw
-    setattr(obj, name, value)
+    if isinstance(obj, dict):
+        obj[name] = value
+    else:
+        setattr(obj, name, value)
 
 
 def main() -> None:

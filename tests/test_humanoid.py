@@ -106,7 +106,7 @@ def test_humanoid_terms_are_logged_and_signed_as_documented(flat):
     _, _, _, extras = flat.step(_zero_action(flat))
     w = flat.cfg.rewards
     for term in ("alive", "single_stance", "feet_air_time", "track_lin_vel_xy", "track_ang_vel_z"):
-        assert getattr(w, term) > 0 and f"Episode_Reward/{term}" in extras["log"]
+        assert w[term].weight > 0 and f"Episode_Reward/{term}" in extras["log"]
     for term in (
         "feet_slide",
         "foot_clearance",
@@ -114,9 +114,9 @@ def test_humanoid_terms_are_logged_and_signed_as_documented(flat):
         "joint_deviation_upper",
         "joint_deviation_hips",
     ):
-        assert getattr(w, term) < 0 and f"Episode_Reward/{term}" in extras["log"]
+        assert w[term].weight < 0 and f"Episode_Reward/{term}" in extras["log"]
     for term in ("action_rate", "joint_limits", "orientation", "undesired_contacts"):
-        assert getattr(w, term) < 0
+        assert w[term].weight < 0
     assert "Metrics/self_contact" in extras["log"]
 
 
@@ -155,7 +155,7 @@ def test_a_low_swinging_foot_is_penalised_by_foot_clearance(flat):
     flat.foot_vel_xy[:] = 0.0
     flat.foot_vel_xy[0, 0, 0] = 1.0  # ... and moves on robot 0 only, at sole height ~0
     penalty = rewards.foot_clearance(flat)
-    target = flat.cfg.foot_clearance_height
+    target = flat.cfg.rewards["foot_clearance"].params["height"]
     assert penalty[0] == pytest.approx(target**2, rel=0.1) and (penalty[1:] == 0).all()
 
 

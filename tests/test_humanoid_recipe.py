@@ -16,8 +16,9 @@ import pytest
 import torch
 from task_envs import make_task_env
 
+from mjfleet.envs.terms import bind_recipe
 from mjfleet.tasks import get_task
-from mjfleet.tasks.humanoid import HumanoidEnv, rewards
+from mjfleet.tasks.humanoid import HumanoidEnv
 
 FLAT = "Humanoid-Velocity-Flat"
 NUM_ENVS = 4  # as tests/test_humanoid.py: the same model and sizes, so the same compiled kernels
@@ -74,7 +75,7 @@ def reward_rates(env: HumanoidEnv, glide: bool) -> dict[str, float]:
     from the keyframe, and "total": the reward the agent receives (the step's clipped sum) per second. With
     `glide`, the base moves at the commanded velocity (the keyframe faces +x: the command's vx is the world's)."""
     saved = _at_home(env, glide)
-    weights = env.cfg.rewards
+    terms = {t.name: t for t in bind_recipe(env, env.cfg.rewards, "env.rewards")}  # weights per second
     sums = dict.fromkeys(env.reward_weights, 0.0)
     total = 0.0
     steps = round(SECONDS / env.step_dt)
@@ -85,7 +86,7 @@ def reward_rates(env: HumanoidEnv, glide: bool) -> dict[str, float]:
             _, reward, dones, _ = env.step(torch.zeros(env.num_envs, env.num_actions))
             assert not dones.any(), "the reference fell or timed out"
             for name in sums:
-                sums[name] += float(getattr(weights, name) * rewards.TERMS[name](env).mean())
+                sums[name] += float(terms[name].weight * terms[name].call(env).mean())
             total += float(reward.mean()) / env.step_dt
     finally:
         env.sim.model_view("geom_friction")[:, env.foot_geoms, 0] = saved
@@ -154,15 +155,17 @@ def test_docs_state_the_exploration_per_leg_joint_as_the_code_computes_it(flat):
 
 
 def test_standing_still_holds_the_pose_and_misses_the_forward_command(flat, standing):
-    assert standing["alive"] == pytest.approx(flat.cfg.rewards.alive)
+    assert standing["alive"] == pytest.approx(flat.cfg.rewards["alive"].weight)
     # exp(-0.5^2 / 0.25): standing misses by exactly the commanded speed
-    assert standing["track_lin_vel_xy"] == pytest.approx(flat.cfg.rewards.track_lin_vel_xy * 0.368, rel=0.02)
+    assert standing["track_lin_vel_xy"] == pytest.approx(
+        flat.cfg.rewards["track_lin_vel_xy"].weight * 0.368, rel=0.02
+    )
 
 
 def test_the_walking_reference_tracks_the_command(flat, walking):
-    assert walking["alive"] == pytest.approx(flat.cfg.rewards.alive)
-    assert walking["track_lin_vel_xy"] > 0.95 * flat.cfg.rewards.track_lin_vel_xy
-    assert walking["track_ang_vel_z"] > 0.95 * flat.cfg.rewards.track_ang_vel_z
+    assert walking["alive"] == pytest.approx(flat.cfg.rewards["alive"].weight)
+    assert walking["track_lin_vel_xy"] > 0.95 * flat.cfg.rewards["track_lin_vel_xy"].weight
+    assert walking["track_ang_vel_z"] > 0.95 * flat.cfg.rewards["track_ang_vel_z"].weight
 
 
 def test_tracking_decides_between_walking_and_standing_still(standing, walking):

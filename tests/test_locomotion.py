@@ -250,7 +250,10 @@ def test_the_step_that_redraws_commands_is_rewarded_against_the_command_the_poli
     assert torch.equal(obs["critic"][:, 9:12], flat.commands)  # ... and shown in the next observation
     term = flat._reward_names.index("track_lin_vel_xy")
     error = (seen[:2] - flat.base_lin_vel[:, :2]).square().sum(dim=1)
-    expected = torch.exp(-error / flat.cfg.tracking_sigma) * flat.reward_weights["track_lin_vel_xy"]
+    expected = (
+        torch.exp(-error / flat.cfg.rewards["track_lin_vel_xy"].params["sigma"])
+        * flat.reward_weights["track_lin_vel_xy"]
+    )
     torch.testing.assert_close(flat._episode_sums[term], expected)
 
 
@@ -328,13 +331,13 @@ def test_reward_weights_reward_tracking_and_penalise_everything_else(flat):
     }
     assert expected <= set(w)
     # weights are per second of simulated time: scaled by the policy step
-    assert w["track_lin_vel_xy"] == pytest.approx(flat.cfg.rewards.track_lin_vel_xy * flat.step_dt)
+    assert w["track_lin_vel_xy"] == pytest.approx(flat.cfg.rewards["track_lin_vel_xy"].weight * flat.step_dt)
 
 
 def test_penalty_terms_grow_with_what_they_penalise(flat):
     _stand_at_home(flat)
     _set_base_velocity(flat, torch.zeros(NUM_ENVS, 3), torch.zeros(NUM_ENVS, 3))
-    still = {n: rewards.TERMS[n](flat).clone() for n in ("lin_vel_z", "ang_vel_xy", "orientation")}
+    still = {n: getattr(rewards, n)(flat).clone() for n in ("lin_vel_z", "ang_vel_xy", "orientation")}
     _set_base_velocity(
         flat,
         torch.tensor([0.0, 0.0, 0.5]).repeat(NUM_ENVS, 1),

@@ -53,6 +53,22 @@ def renamed_flags(args: list[str]) -> list[str]:
     return out
 
 
+def recipe_weight_flags(args: list[str], recipe: Any) -> list[str]:
+    """`--env.rewards.<name> W` written `--env.rewards.<name>.weight W` where the task's reward is a recipe (a
+    mapping of mjfleet.envs.terms.Term): the short spelling, which tasks with a weights dataclass (Cartpole) take
+    as it is, sets a recipe entry's weight."""
+    if not isinstance(recipe, dict):
+        return args
+    names = {name.replace("_", "-") for name in recipe} | set(recipe)
+    out = []
+    for arg in args:
+        flag, eq, value = arg.partition("=")
+        if flag.startswith("--env.rewards.") and flag.removeprefix("--env.rewards.") in names:
+            arg = f"{flag}.weight{eq}{value}"
+        out.append(arg)
+    return out
+
+
 def apply_aliases(flags: Any, sweeps: Collection[str] = ()) -> None:
     """Copy every alias the user gave onto its nested setting (the alias wins).
 

@@ -9,7 +9,13 @@ import sys
 from collections.abc import Callable
 from typing import Any, NoReturn
 
-from mjfleet.cli.aliases import apply_aliases, mjlab_flag_hint, mjlab_task_hint, task_flag_to_positional
+from mjfleet.cli.aliases import (
+    apply_aliases,
+    mjlab_flag_hint,
+    mjlab_task_hint,
+    recipe_weight_flags,
+    task_flag_to_positional,
+)
 from mjfleet.cli.parse import parse_flags
 from mjfleet.errors import UsageError
 from mjfleet.fleet.plan import WorkerPlan
@@ -167,9 +173,10 @@ def parse_task_command(
         env_default = env_defaults(spec) if env_defaults is not None else spec.env_config()
         agent_default = spec.default_agent_config("cpu" if on_cpu else "cuda")
         flags_type = with_task_configs(flags_base, env_default, agent_default, f"{prog.title()}Config")
+        args = recipe_weight_flags(rest, getattr(env_default, "rewards", None))
         try:
             return parse_flags(
-                flags_type, rest, prog=f"{prog} {spec.name}", description=description or spec.description
+                flags_type, args, prog=f"{prog} {spec.name}", description=description or spec.description
             )
         except UsageError:
             # a flag spelled as in mjlab: name mjfleet's instead of tyro's guess

@@ -86,7 +86,9 @@ class MujocoVecEnv(VecEnv):
         self._all_envs = torch.ones(n, dtype=torch.bool, device=dev)
 
         self.setup()
-        self._weighted_rewards = WeightedRewards(type(self), self.reward_terms, self.reward_config(), dev)
+        self._weighted_rewards = WeightedRewards(
+            type(self), self.reward_terms, self.reward_config(), dev, env=self
+        )
         self.reward_weights = self._weighted_rewards.weights
         self._reward_names = self._weighted_rewards.names
         # The episode log in one matrix-vector product with the mask of episodes that end: rows are each reward
@@ -122,8 +124,8 @@ class MujocoVecEnv(VecEnv):
         """Allocate task buffers; called once after the simulation exists, before the first reset."""
 
     def reward_config(self):
-        """The dataclass of reward weights (default `cfg.rewards`): field `x` weights `reward_terms["x"]`; 0
-        disables it."""
+        """The task's reward (default `cfg.rewards`): a recipe (name -> mjfleet.envs.terms.Term), or a dataclass of
+        weights whose field `x` weights `reward_terms["x"]`; a zero weight disables a term."""
         return getattr(self.cfg, "rewards")  # noqa: B009 - tasks add the field to their EnvConfig subclass
 
     @abstractmethod
@@ -317,6 +319,8 @@ class MujocoVecEnv(VecEnv):
         self.episode_length_buf.masked_fill_(mask, 0)
         self.last_actions.masked_fill_(mask.unsqueeze(1), 0.0)
         self._episode_sums.masked_fill_(mask, 0.0)
+        if hasattr(self, "_weighted_rewards"):  # the first reset comes before the terms are bound
+            self._weighted_rewards.reset(self, mask)
         self.on_reset(mask)
 
     def _final_observations(self) -> TensorDict:

@@ -1,8 +1,13 @@
 """A task's reward terms bound to their weights: the step's reward, and the penalty curriculum's share.
 
-A task lists its terms, plain functions `fn(env) -> (num_envs,) tensor`, by name in its env class's `reward_terms`
-table; its reward weights are a dataclass whose field of the same name weights each one (0 disables it). A weight
-without a term or a term without a weight fails when the environment is built, not silently.
+Two ways to state a task's reward:
+
+- a recipe (mjfleet.envs.terms): a mapping name -> Term(func, weight, params) over the reward term library, as the
+  locomotion tasks do; each entry is checked and bound when the environment is built;
+- a table and a weights dataclass: the env class lists its terms, plain functions `fn(env) -> (num_envs,) tensor`,
+  by name in its `reward_terms` table, and the field of the same name of a weights dataclass weights each one (0
+  disables it), as Cartpole does. A weight without a term or a term without a weight fails when the environment is
+  built, not silently.
 """
 
 from __future__ import annotations
@@ -13,6 +18,8 @@ from typing import Any
 
 import torch
 
+from mjfleet.envs.terms import BoundTerm, bind_recipe
+
 RewardTerm = Callable[[Any], torch.Tensor]
 """A reward term: the environment -> one value per environment, (num_envs,)."""
 
@@ -22,16 +29,25 @@ class WeightedRewards:
     environment. No host synchronisation: `compute` is part of the step a CUDA graph records."""
 
     def __init__(
-        self, env_class: type, terms: Mapping[str, RewardTerm], weights: Any, device: torch.device
+        self,
+        env_class: type,
+        terms: Mapping[str, RewardTerm],
+        weights: Any,
+        device: torch.device,
+        env: Any = None,
+        where: str = "env.rewards",
     ) -> None:
-        self.weights = {
-            f.name: float(getattr(weights, f.name))
-            for f in dataclasses.fields(weights)
-            if getattr(weights, f.name) != 0.0
-        }
+        if isinstance(weights, Mapping):  # a recipe: bound against the environment itself
+            bound = bind_recipe(env, weights, where)
+        else:
+            names = [f.name for f in dataclasses.fields(weights) if getattr(weights, f.name) != 0.0]
+            fns = bind_reward_terms(env_class, terms, weights, names)
+            bound = [BoundTerm(n, float(getattr(weights, n)), f) for n, f in zip(names, fns, strict=True)]
+        self.weights = {term.name: term.weight for term in bound}
         """The enabled terms' weights by name (what an export states as the task's reward)."""
         self.names = list(self.weights)
-        self._terms = bind_reward_terms(env_class, terms, weights, self.names)
+        self._terms = [term.call for term in bound]
+        self._resets = [term.reset for term in bound if term.reset is not None]
         # Terms are evaluated separately but weighted, summed and accumulated as one (terms, envs) tensor.
         self._weight_column = torch.tensor(list(self.weights.values()), device=device).unsqueeze(1)
         # The penalty curriculum rescales the column in place (a recorded CUDA-graph step reads this very buffer).
@@ -51,6 +67,11 @@ class WeightedRewards:
         terms.nan_to_num_(nan=0.0, posinf=0.0, neginf=0.0)
         episode_sums += terms
         return terms.sum(dim=0)
+
+    def reset(self, env: Any, mask: torch.Tensor) -> None:
+        """Clear the episode state of the stateful terms (classes with `reset`) for the environments in `mask`."""
+        for reset in self._resets:
+            reset(env, mask)
 
     def scale_penalties(self, scale: float) -> None:
         """Weigh the penalties by `scale` of their full weight from now on (rewards keep theirs)."""

@@ -4,7 +4,9 @@ from typing import TYPE_CHECKING
 
 from mjfleet.lazy import lazy_exports
 from mjfleet.rl import AgentConfig
-from mjfleet.tasks.humanoid.config import HumanoidConfig, HumanoidRewards, flat_config, rough_config
+from mjfleet.robots.mjfleet_humanoid import MJFLEET_HUMANOID
+from mjfleet.tasks.humanoid.config import HumanoidConfig, flat_config, humanoid_recipe, rough_config
+from mjfleet.tasks.locomotion import velocity_checks
 from mjfleet.tasks.locomotion.config import agent_config, play_settings
 from mjfleet.tasks.registry import TaskSpec, register
 
@@ -41,6 +43,7 @@ register(
         num_envs_cpu=256,
         num_envs_gpu=4096,
         play_settings=play_settings,
+        check_config=velocity_checks(MJFLEET_HUMANOID, "torso_link", ("mjfleet.tasks.humanoid.rewards",)),
     )
 )
 register(
@@ -54,9 +57,10 @@ register(
         num_envs_cpu=256,
         num_envs_gpu=4096,
         play_settings=play_settings,
+        check_config=velocity_checks(MJFLEET_HUMANOID, "torso_link", ("mjfleet.tasks.humanoid.rewards",)),
     )
 )
 
 __getattr__ = lazy_exports(__name__, {"HumanoidEnv": ENV_CLASS})
 
-__all__ = ["HumanoidConfig", "HumanoidEnv", "HumanoidRewards", "flat_config", "rough_config"]
+__all__ = ["HumanoidConfig", "HumanoidEnv", "humanoid_recipe", "flat_config", "rough_config"]

@@ -4,48 +4,49 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from mjfleet.envs.terms import Term
 from mjfleet.tasks.locomotion.config import (
     CommandConfig,
     EventConfig,
     HeightScanConfig,
     LocomotionConfig,
-    LocomotionRewards,
 )
+from mjfleet.tasks.locomotion.recipes import quadruped_recipe, weights
 from mjfleet.tasks.locomotion.terrain import TerrainConfig
 
 
-@dataclass
-class HumanoidRewards(LocomotionRewards):
-    """Reward weights per second of simulated time (each term adds weight * term * step_dt per policy step).
-
-    The quadruped's terms, with weights for a 35-kg biped, plus the terms that keep a humanoid's gait human-like.
-    Reasons for every weight: docs/tasks.md, "Humanoid-Velocity-Flat"."""
-
-    torques: float = -1.0e-5
-    """Sum of squared torques: a humanoid's knees and hips carry ~10x the quadruped's torques."""
-    joint_acc: float = -2.5e-8
-    """Sum of squared joint accelerations; at the quadruped's -2.5e-7 this term alone outweighed the tracking
-    rewards 4:1 under the initial policy, so every clipped step was worth 0 and nothing was learnt."""
-    alive: float = 2.0
-    """Term 1 while the episode goes on: a biped's first lesson is not to fall. At weight 1.0 the penalties of the
-    initial policy's falls still outweighed everything positive, and with the step total clipped at 0 the
-    return stayed ~0.025 with no growth in episode length (measured, 6 iterations)."""
-    undesired_contacts: float = -1.0
-    """Thighs, shins and hands touching the ground."""
-    feet_air_time: float = 0.5
-    """Sum over touch-downs of (air time - threshold), while a planar command is given: take real steps."""
-    single_stance: float = 0.5
-    """1 while exactly one foot is on the ground and a planar command is given: walk, do not shuffle or hop."""
-    feet_slide: float = -0.25
-    """Horizontal speed (m/s) of the feet that touch the ground: no skating."""
-    foot_clearance: float = -10.0
-    """Swinging feet below the clearance height: sum of (height - target)^2 x horizontal foot speed."""
-    base_height: float = -10.0
-    """(pelvis height above the ground - target)^2: no crouching walk."""
-    joint_deviation_upper: float = -0.2
-    """Sum of |q - default| over the waist and arm joints: arms are not for balancing on flat ground."""
-    joint_deviation_hips: float = -0.2
-    """Sum of |q - default| over hip roll and yaw: keeps the legs under the body (turning still needs some yaw)."""
+def humanoid_recipe() -> dict[str, Term]:
+    """Humanoid-Velocity-Flat's reward, per second of simulated time: the quadruped's terms with weights for a 35-kg
+    biped, plus the terms that keep a humanoid's gait human-like. Reasons for every weight: docs/tasks.md,
+    "Humanoid-Velocity-Flat"."""
+    recipe = weights(
+        quadruped_recipe(),
+        # a humanoid's knees and hips carry ~10x the quadruped's torques
+        torques=-1.0e-5,
+        # at the quadruped's -2.5e-7 this term alone outweighed the tracking rewards 4:1 under the initial policy,
+        # so every clipped step was worth 0 and nothing was learnt
+        joint_acc=-2.5e-8,
+        undesired_contacts=-1.0,  # thighs, shins and hands touching the ground
+        feet_air_time=0.5,  # take real steps
+    )
+    # a biped's steps at 0.5-1 m/s last ~0.3-0.4 s: that air time earns nothing
+    recipe["feet_air_time"].params["threshold"] = 0.3
+    return {
+        **recipe,
+        # A biped's first lesson is not to fall. At weight 1.0 the penalties of the initial policy's falls still
+        # outweighed everything positive, and with the step total clipped at 0 the return stayed ~0.025 with no
+        # growth in episode length (measured, 6 iterations).
+        "alive": Term("alive", 2.0),
+        "single_stance": Term("single_stance", 0.5),  # walk, do not shuffle or hop
+        "feet_slide": Term("feet_slide", -0.25),  # no skating
+        "foot_clearance": Term("foot_clearance_shortfall", -10.0, {"height": 0.08}),
+        # the standing pose settles at ~0.74 m: no crouching walk
+        "base_height": Term("base_height", -10.0, {"target": 0.72}),
+        # arms are not for balancing on flat ground
+        "joint_deviation_upper": Term("joint_deviation_upper", -0.2),
+        # keeps the legs under the body (turning still needs some yaw)
+        "joint_deviation_hips": Term("joint_deviation_hips", -0.2),
+    }
 
 
 @dataclass
@@ -56,12 +57,6 @@ class HumanoidConfig(LocomotionConfig):
     """0.25 x torque limit / kp per joint: 0.04 rad (ankle pitch) to 0.31 rad (wrists) instead of 0.25 rad for
     every joint. The stiff leg servos' exploration noise no longer topples the robot within a second: over 40
     iterations the episodes lengthened much more than with one scale (docs/history/learning-experiments.md)."""
-    feet_air_time_threshold: float = 0.3
-    """Air time (s) that earns nothing; a biped's steps at 0.5-1 m/s last ~0.3-0.4 s."""
-    foot_clearance_height: float = 0.08
-    """Target height (m) of a swinging sole above the ground."""
-    base_height_target: float = 0.72
-    """Pelvis height (m) the base_height term pulls towards: the standing pose settles at ~0.74 m."""
     min_base_height: float = 0.4
     """Episodes end when the pelvis is lower than this above the ground (m): the robot sits or kneels."""
     max_tilt: float = 1.0
@@ -81,7 +76,7 @@ class HumanoidConfig(LocomotionConfig):
         )
     )
     height_scan: HeightScanConfig = field(default_factory=lambda: HeightScanConfig(offset=0.75))
-    rewards: HumanoidRewards = field(default_factory=HumanoidRewards)
+    rewards: dict[str, Term] = field(default_factory=humanoid_recipe)
 
 
 def flat_config() -> HumanoidConfig:
@@ -95,5 +90,5 @@ def rough_config() -> HumanoidConfig:
         terrain=TerrainConfig(kind="rough"),
         height_scan=HeightScanConfig(enabled=True, offset=0.75),
         # On slopes a level pelvis and a fixed height are wrong: penalise both lightly.
-        rewards=HumanoidRewards(orientation=-0.2, base_height=-2.0),
+        rewards=weights(humanoid_recipe(), orientation=-0.2, base_height=-2.0),
     )

@@ -30,17 +30,16 @@ def deployment_rules(env, trained_cfg: dict[str, Any] | None = None) -> dict[str
         return f"sum(abs(qpos[{index!r}] - {[default[int(j)] for j in joints.cpu()]!r}))"
 
     # The base's height above the flat ground is its free joint's z (qpos[2]).
-    more_rewards = {
-        "alive": "1 - terminated",
-        "single_stance": f"(sum(foot_contact) == 1) * {moving}",
-        "feet_slide": "sum(foot_speed_xy * foot_contact)",
-        "foot_clearance": (
-            f"sum(square(maximum({cfg.foot_clearance_height!r} - foot_height, 0))"
-            " * foot_speed_xy * (1 - foot_contact))"
+    more_rewards = {  # by term function: its expression for a recipe entry's parameters
+        "alive": lambda p: "1 - terminated",
+        "single_stance": lambda p: f"(sum(foot_contact) == 1) * {moving}",
+        "feet_slide": lambda p: "sum(foot_speed_xy * foot_contact)",
+        "foot_clearance_shortfall": lambda p: (
+            f"sum(square(maximum({p['height']!r} - foot_height, 0)) * foot_speed_xy * (1 - foot_contact))"
         ),
-        "base_height": f"square(qpos[2] - {cfg.base_height_target!r})",
-        "joint_deviation_upper": deviation(env._upper_joints),
-        "joint_deviation_hips": deviation(env._hip_joints),
+        "base_height": lambda p: f"square(qpos[2] - {p['target']!r})",
+        "joint_deviation_upper": lambda p: deviation(env._upper_joints),
+        "joint_deviation_hips": lambda p: deviation(env._hip_joints),
     }
     rules = locomotion.deployment_rules(env, trained_cfg, more_rewards)
     if rules is None:

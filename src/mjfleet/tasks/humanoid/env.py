@@ -8,7 +8,7 @@ import mujoco
 import torch
 
 from mjfleet.robots.mjfleet_humanoid import MJFLEET_HUMANOID
-from mjfleet.tasks.humanoid import rewards
+from mjfleet.tasks.humanoid import rewards  # noqa: F401 - registers the humanoid's terms
 from mjfleet.tasks.humanoid.config import HumanoidConfig
 from mjfleet.tasks.locomotion.env import ROUGH_NCONMAX, ROUGH_NJMAX, LocomotionEnv
 
@@ -24,7 +24,6 @@ class HumanoidEnv(LocomotionEnv):
     cfg: HumanoidConfig
     robot = MJFLEET_HUMANOID
     trunk = "torso_link"  # the mass randomisation loads the torso (with the arms and head), not the pelvis
-    reward_terms = rewards.TERMS
 
     def deployment_rules(self, trained_cfg: dict | None = None) -> dict | None:
         """How an episode runs, for an exported policy's metadata (mjfleet.tasks.humanoid.deploy); None on rough

@@ -5,8 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 
 from mjfleet.envs import EnvConfig
+from mjfleet.envs.terms import Term
 from mjfleet.rl import ActorConfig, AgentConfig, PolicyConfig, PPOConfig
 from mjfleet.rl.sac import SACConfig
+from mjfleet.tasks.locomotion.recipes import quadruped_recipe, weights
 from mjfleet.tasks.locomotion.terrain import TerrainConfig
 
 
@@ -93,34 +95,6 @@ class EventConfig:
 
 
 @dataclass
-class LocomotionRewards:
-    """Reward weights per second of simulated time: each term adds weight * term * step_dt per policy step."""
-
-    track_lin_vel_xy: float = 1.0
-    """exp(-|v_xy - cmd_xy|^2 / sigma): planar velocity tracking in the base frame."""
-    track_ang_vel_z: float = 0.5
-    """exp(-(w_z - cmd_yaw)^2 / sigma): yaw-rate tracking."""
-    lin_vel_z: float = -2.0
-    """v_z^2 of the base (base frame)."""
-    ang_vel_xy: float = -0.05
-    """Roll and pitch rates squared."""
-    orientation: float = -1.0
-    """Squared horizontal part of the projected gravity: not level."""
-    torques: float = -2.0e-4
-    """Sum of squared actuator torques."""
-    joint_acc: float = -2.5e-7
-    """Sum of squared joint accelerations."""
-    action_rate: float = -0.01
-    """Sum of squared changes of the action between policy steps."""
-    joint_limits: float = -10.0
-    """How far joints are beyond their soft limits (rad, summed)."""
-    undesired_contacts: float = -1.0
-    """Number of thigh and calf geoms touching the ground."""
-    feet_air_time: float = 0.25
-    """Sum over touch-downs of (air time - threshold), only while a planar command is given."""
-
-
-@dataclass
 class LocomotionConfig(EnvConfig):
     """Quadruped velocity tracking. Physics at 200 Hz (model timestep 5 ms), policy at 50 Hz (decimation 4)."""
 
@@ -135,12 +109,8 @@ class LocomotionConfig(EnvConfig):
     torque limits (ankles) move less than weak, light ones (arms)."""
     clip_actions: float = 100.0
     """Effectively unclipped: the servos' ctrlrange (the joint range) limits the targets."""
-    tracking_sigma: float = 0.25
-    """Width of the exponential tracking kernels (variance, (m/s)^2 or (rad/s)^2)."""
     soft_joint_limit: float = 0.9
     """The joint-limit penalty starts at this fraction of each joint's range (about its middle)."""
-    feet_air_time_threshold: float = 0.5
-    """Air time (s) at which a step earns zero air-time reward; longer steps earn positive reward."""
     foot_contact_force: float = 1.0
     """A foot is in contact when its touch sensor reads more than this (N)."""
     only_positive_rewards: bool = True
@@ -158,7 +128,9 @@ class LocomotionConfig(EnvConfig):
     height_scan: HeightScanConfig = field(default_factory=HeightScanConfig)
     events: EventConfig = field(default_factory=EventConfig)
     terrain: TerrainConfig = field(default_factory=TerrainConfig)
-    rewards: LocomotionRewards = field(default_factory=LocomotionRewards)
+    rewards: dict[str, Term] = field(default_factory=quadruped_recipe)
+    """The reward recipe: name -> Term(func, weight per second, params) over the reward term library
+    (mjfleet.envs.terms); `--env.rewards.<name>.weight`, `--env.rewards.<name>.params.<param>`."""
 
 
 def flat_config() -> LocomotionConfig:
@@ -172,7 +144,7 @@ def rough_config() -> LocomotionConfig:
         terrain=TerrainConfig(kind="rough"),
         height_scan=HeightScanConfig(enabled=True),
         # On slopes a level base is wrong: penalise tilt only lightly; reward steps less (stairs need short ones).
-        rewards=LocomotionRewards(orientation=-0.2, feet_air_time=0.125),
+        rewards=weights(quadruped_recipe(), orientation=-0.2, feet_air_time=0.125),
     )
 
 

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable
 from typing import Any
 
+from mjfleet.envs.terms import resolved_params
 from mjfleet.runs.run_dir import float32_list
 from mjfleet.tasks.locomotion.config import NoiseConfig
 from mjfleet.tasks.locomotion.mdp import observations
@@ -55,19 +57,24 @@ def floor_contact_rules(env) -> dict[str, Any]:
 def deployment_rules(
     env,
     trained_cfg: dict[str, Any] | None = None,
-    more_rewards: dict[str, str] | None = None,
+    more_rewards: dict[str, Callable[[dict[str, Any]], str]] | None = None,
     contacts: dict[str, Any] | None = None,
+    partial_rewards: bool = False,
 ) -> dict[str, Any] | None:
     """The rules of an episode of `env`, a flat-ground LocomotionEnv (the env decides that, in its
     `deployment_rules`: this module reads the env's state and does not import its class). The quadruped's reward
-    terms are stated here; a robot with terms of its own passes their expressions as `more_rewards`. None when a
-    weighted term has no expression: the rules would misstate the reward.
+    terms are stated here, by term function; a robot with terms of its own passes theirs as `more_rewards` (term
+    function -> its expression for a recipe entry's parameters). None when a weighted term has no expression: the
+    rules would misstate the reward.
 
     `trained_cfg` is the training run's env config (a dict, from the checkpoint) where known: its command ranges are
     the ones the policy learnt (not play's --command, which `policy_metadata` records apart as the evaluation
     command), and its randomisation ranges the ones a robustness check should stay within, even when the export
     was made with play's settings; so is its observation noise. Where it is unknown, `env`'s own settings stand in.
-    `contacts` says how the model's contacts are read (default: `touch_sensor_contact_rules`).
+    `contacts` says how the model's contacts are read (default: `touch_sensor_contact_rules`). With
+    `partial_rewards`, weighted terms without an expression are listed as `rewards.not_stated` instead (the terms
+    read state this vocabulary has no name for yet, mjlab's gait sensors): the rules then state the observations,
+    reset, commands and terminations whole, and the reward only in part.
     """
     cfg = env.cfg
     contacts = contacts if contacts is not None else touch_sensor_contact_rules(env)
@@ -86,26 +93,35 @@ def deployment_rules(
     qpos_uniform += [[d - ev.joint_pos, d + ev.joint_pos] for d in default]
     qvel_uniform = [[-ev.base_lin_vel, ev.base_lin_vel]] * 3 + [[-ev.base_ang_vel, ev.base_ang_vel]] * 3
     qvel_uniform += [[-ev.joint_vel, ev.joint_vel]] * nq_joints
-    sigma = cfg.tracking_sigma
     joints_q = f"qpos[{qj.start}:{qj.stop}]"
-    rewards = {
-        "track_lin_vel_xy": f"exp(-sum(square(command[0:2] - base_lin_vel[0:2])) / {sigma!r})",
-        "track_ang_vel_z": f"exp(-square(command[2] - base_ang_vel[2]) / {sigma!r})",
-        "lin_vel_z": "square(base_lin_vel[2])",
-        "ang_vel_xy": "sum(square(base_ang_vel[0:2]))",
-        "orientation": "sum(square(projected_gravity[0:2]))",
-        "torques": "sum(square(actuator_force))",
-        "joint_acc": f"sum(square(qacc[{vj.start}:{vj.stop}]))",
-        "action_rate": "sum(square(action - last_action))",
-        "joint_limits": f"sum(maximum({lower!r} - {joints_q}, 0) + maximum({joints_q} - {upper!r}, 0))",
-        "undesired_contacts": contacts["undesired_contacts"],
-        "feet_air_time": (
-            f"sum((touchdown_air_time - {cfg.feet_air_time_threshold!r}) * first_contact)"
+    # By term function: its expression for the parameters a recipe entry gives it.
+    expressions: dict[str, Callable[[dict[str, Any]], str]] = {
+        "track_lin_vel_xy": lambda p: f"exp(-sum(square(command[0:2] - base_lin_vel[0:2])) / {p['sigma']!r})",
+        "track_ang_vel_z": lambda p: f"exp(-square(command[2] - base_ang_vel[2]) / {p['sigma']!r})",
+        "lin_vel_z": lambda p: "square(base_lin_vel[2])",
+        "ang_vel_xy": lambda p: "sum(square(base_ang_vel[0:2]))",
+        "orientation": lambda p: "sum(square(projected_gravity[0:2]))",
+        "torques": lambda p: "sum(square(actuator_force))",
+        "joint_acc": lambda p: f"sum(square(qacc[{vj.start}:{vj.stop}]))",
+        "action_rate": lambda p: "sum(square(action - last_action))",
+        "joint_limits": lambda p: (
+            f"sum(maximum({lower!r} - {joints_q}, 0) + maximum({joints_q} - {upper!r}, 0))"
+        ),
+        "undesired_contacts": lambda p: contacts["undesired_contacts"],
+        "feet_air_time": lambda p: (
+            f"sum((touchdown_air_time - {p['threshold']!r}) * first_contact)"
             f" * (norm(command[0:2]) > {c['min_speed']!r})"
         ),
         **(more_rewards or {}),
     }
-    if not env.reward_weights.keys() <= rewards.keys():
+    rewards, not_stated = {}, []
+    for name in env.reward_weights:
+        term = cfg.rewards[name]
+        if term.func in expressions:
+            rewards[name] = expressions[term.func](resolved_params(term))
+        else:
+            not_stated.append(name)
+    if not_stated and not partial_rewards:
         return None
     noise = NoiseConfig(**{**dataclasses.asdict(cfg.noise), **(trained.get("noise") or {})})
     trained_events = trained.get("events") or {}
@@ -143,6 +159,7 @@ def deployment_rules(
                 {"name": name, "weight": weight, "expression": rewards[name]}
                 for name, weight in env.reward_weights.items()
             ],
+            "not_stated": not_stated,
             "clip_total_below_zero": bool(cfg.only_positive_rewards),
             "termination_penalty": float(cfg.termination_penalty),
         },
