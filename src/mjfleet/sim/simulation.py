@@ -26,6 +26,17 @@ DERIVED_INERTIAL_FIELDS = ("body_subtreemass", "body_invweight0", "dof_invweight
 softness): per-world whenever an inertial field is, so that `set_constants()` can give each world its own."""
 
 
+@wp.kernel
+def _record_sensor_columns(
+    sensordata: wp.array2d(dtype=float),
+    columns: wp.array(dtype=int),
+    substep: int,
+    history: wp.array3d(dtype=float),
+):
+    world, k = wp.tid()
+    history[world, substep, k] = sensordata[world, columns[k]]
+
+
 def expand_per_world_fields(fields: Iterable[str]) -> tuple[str, ...]:
     """`fields`, plus the constants derived from any inertial field among them."""
     fields = tuple(dict.fromkeys(fields))
@@ -144,6 +155,7 @@ class Simulation:
         nconmax: int | None = None,
         njmax: int | None = None,
         silenced_overflow_warnings: int = 0,
+        sensor_history: Iterable[int] = (),
     ) -> None:
         if num_worlds < 1:
             raise ValueError(f"num_worlds must be >= 1, got {num_worlds}")
@@ -170,7 +182,14 @@ class Simulation:
                 )
                 self.data = mjw.make_data(mj_model, nworld=num_worlds, nconmax=nconmax, njmax=njmax)
                 self._reset_mask_wp = wp.zeros(num_worlds, dtype=bool)
+                columns = [int(c) for c in sensor_history]
+                self._history_columns = wp.array(columns, dtype=int) if columns else None
+                self._history_wp = wp.zeros((num_worlds, substeps, max(len(columns), 1)), dtype=float)
             self.reset_mask = wp.to_torch(self._reset_mask_wp)
+            self.sensor_history = wp.to_torch(self._history_wp)[:, :, : len(columns)]
+            """(worlds, substeps, columns): the sensordata columns `sensor_history` named, after each physics
+            substep of the last `step()` (what a sensor read only after the last substep would miss: a contact
+            within the step)."""
 
             self._data_views: dict[str, torch.Tensor] = {}
             self._model_views: dict[str, torch.Tensor] = {}
@@ -265,9 +284,18 @@ class Simulation:
     def _make_operations(self):
         m, d = self.model, self.data
 
+        columns, history = self._history_columns, self._history_wp
+
         def step():
-            for _ in range(self.substeps):
+            for substep in range(self.substeps):
                 mjw.step(m, d)
+                if columns is not None:
+                    wp.launch(
+                        _record_sensor_columns,
+                        dim=(d.nworld, columns.shape[0]),
+                        inputs=[d.sensordata, columns, substep],
+                        outputs=[history],
+                    )
 
         return {
             "step": step,

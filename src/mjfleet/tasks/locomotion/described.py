@@ -23,6 +23,7 @@ from mjfleet.robots.mjcf import as_written
 from mjfleet.robots.unitree_g1 import UNITREE_G1
 from mjfleet.robots.unitree_go1 import UNITREE_GO1
 from mjfleet.tasks.locomotion.env import LocomotionEnv
+from mjfleet.tasks.locomotion.gait import GaitState, add_gait_sensors, history_columns
 
 PHYSICS = {
     # mjlab 1.6.0 mjlab/tasks/velocity/velocity_env_cfg.py (make_velocity_env_cfg): sim.mujoco
@@ -71,19 +72,36 @@ class RobotVelocityEnv(LocomotionEnv):
         for geom in spec.geoms:
             if geom.id in feet:
                 geom.priority = 1
+        add_gait_sensors(spec, self.built)
         # Trained as its MJCF says (6 significant digits), so that the export's model.xml is this model exactly.
         self.mj_spec = as_written(spec)
         return self.mj_spec.compile()
 
     def simulation_sizes(self) -> dict:
-        return {"nconmax": NCONMAX, "njmax": NJMAX}
+        columns = history_columns(self.mj_model, self.built)
+        return {"nconmax": NCONMAX, "njmax": NJMAX, "sensor_history": columns}
+
+    def setup(self) -> None:
+        super().setup()
+        self.gait = GaitState(self)
+        """The feet's contacts, forces, air times and velocities, self-contacts and angular momentum
+        (tasks/locomotion/gait.py): what mjlab's velocity terms read."""
+
+    def post_physics_step(self) -> None:
+        super().post_physics_step()
+        self.gait.update(self)
+
+    def on_reset(self, mask: torch.Tensor) -> None:
+        super().on_reset(mask)
+        self.gait.reset(mask)
 
     def deployment_rules(self, trained_cfg: dict | None = None) -> dict | None:
         """How an episode runs, for an exported policy (tasks/locomotion/deploy.py): the quadruped's rules with
-        contacts counted against the floor, as this task counts them."""
+        contacts counted against the floor, as this task counts them; the reward terms that read the gait sensors
+        (tasks/locomotion/gait.py) are listed as not stated."""
         from mjfleet.tasks.locomotion.deploy import deployment_rules, floor_contact_rules
 
-        return deployment_rules(self, trained_cfg, contacts=floor_contact_rules(self))
+        return deployment_rules(self, trained_cfg, contacts=floor_contact_rules(self), partial_rewards=True)
 
     def _setup_robot(self) -> None:
         super()._setup_robot()

@@ -14,7 +14,6 @@ rewards); this class holds the model, the buffers and the contact and base state
 
 from __future__ import annotations
 
-import dataclasses
 import math
 
 import mujoco
@@ -23,11 +22,18 @@ import warp as wp
 from mujoco_warp import OverflowType
 
 from mjfleet.envs import NAN_RESETS_KEY, MujocoVecEnv
+from mjfleet.envs.terms import Term, scaled
 from mjfleet.robots import BuiltRobot, RobotDescription, build_robot
 from mjfleet.robots.mjfleet_quadruped import MJFLEET_QUADRUPED
 from mjfleet.tasks.locomotion.config import LocomotionConfig
 from mjfleet.tasks.locomotion.math import projected_gravity, quat_rotate_inverse
-from mjfleet.tasks.locomotion.mdp import commands, events, observations, rewards
+from mjfleet.tasks.locomotion.mdp import (  # noqa: F401 - registers the terms
+    commands,
+    events,
+    gait_rewards,  # noqa: F401 - registers mjlab's velocity terms
+    observations,
+    rewards,
+)
 from mjfleet.tasks.locomotion.robot import joint_slices, robot_collision_geoms, touch_sensor_adr
 from mjfleet.tasks.locomotion.terrain import HeightMap, Terrain
 
@@ -58,7 +64,6 @@ class LocomotionEnv(MujocoVecEnv):
     # during training (the solver's limit: on rough ground, 72 lines in the first 40 iterations at 4,096 worlds on
     # a GPU); both are logged instead, as Metrics/sim_solver_limit and Metrics/sim_linesearch_limit.
     silenced_overflow_warnings = _ITERATIONS_BIT | _LS_ITERATIONS_BIT
-    reward_terms = rewards.TERMS
 
     robot: RobotDescription = MJFLEET_QUADRUPED
     """The robot, as data (mjfleet.robots): its model and the facts the task reads from it, through `build_robot`
@@ -105,12 +110,10 @@ class LocomotionEnv(MujocoVecEnv):
             return {"nconmax": int(self.mj_model.nconmax), "njmax": int(self.mj_model.njmax)}
         return {"nconmax": ROUGH_NCONMAX, "njmax": ROUGH_NJMAX}
 
-    def reward_config(self):
-        """Weights are per second: scaled by the policy step so returns do not depend on the control rate."""
-        w = self.cfg.rewards
-        return dataclasses.replace(
-            w, **{f.name: getattr(w, f.name) * self.step_dt for f in dataclasses.fields(w)}
-        )
+    def reward_config(self) -> dict[str, Term]:
+        """The recipe, its weights per second scaled by the policy step (returns do not depend on the control
+        rate)."""
+        return scaled(self.cfg.rewards, self.step_dt)
 
     # ------------------------------------------------------------------ setup
     def setup(self) -> None:
