@@ -124,33 +124,96 @@ def test_training_a_robot_that_is_not_fetched_says_how_to_fetch_it_and_writes_no
 
 
 def test_a_descriptions_reward_weights_override_the_tasks_by_term_name():
-    assert velocity_flat_config(UNITREE_GO1).rewards.feet_air_time == 0.0  # mjlab's Go1: no air-time reward
-    walker = dataclasses.replace(UNITREE_GO1, reward_weights={"feet_air_time": 0.5})
+    assert velocity_flat_config(UNITREE_GO1).rewards["air_time"].weight == 0.0  # mjlab's Go1: none
+    walker = dataclasses.replace(
+        UNITREE_GO1, reward_weights={"air_time": 0.5}, reward_params={"upright": {"std": 0.3}}
+    )
     rewards = velocity_flat_config(walker).rewards
-    assert rewards.feet_air_time == 0.5 and rewards.track_lin_vel_xy == 2.0
-    with pytest.raises(UsageError, match="reward_weights air_time are no terms of the velocity task"):
-        velocity_flat_config(dataclasses.replace(UNITREE_GO1, reward_weights={"air_time": 0.5}))
+    assert rewards["air_time"].weight == 0.5 and rewards["track_linear_velocity"].weight == 2.0
+    assert rewards["upright"].params == {"body": "trunk", "std": 0.3}
+    with pytest.raises(UsageError, match=r"unitree-go1: reward_weights\['air_tme'\]: no term of the recipe"):
+        velocity_flat_config(dataclasses.replace(UNITREE_GO1, reward_weights={"air_tme": 0.5}))
 
 
-# mjlab 1.6.0's G1 recipe, read from its wheel (tasks/velocity/velocity_env_cfg.py, config/g1/env_cfgs.py and
-# rl_cfg.py), for the terms mjfleet has; docs/tasks.md's table lists the rest.
-MJLAB_G1_WEIGHTS = {"track_lin_vel_xy": 2.0, "track_ang_vel_z": 2.0, "ang_vel_xy": -0.05, "joint_limits": -1.0,
-                    "action_rate": -0.1, "feet_air_time": 0.0}  # fmt: skip
-NOT_IN_MJLAB_G1 = ("lin_vel_z", "orientation", "torques", "joint_acc", "undesired_contacts")
+# mjlab 1.6.0's G1 flat recipe, read from its wheel (tasks/velocity/velocity_env_cfg.py, config/g1/env_cfgs.py):
+# entry -> (mjfleet's term, weight, parameters); docs/tasks.md's table gives each source line.
+MJLAB_G1 = {
+    "track_linear_velocity": ("track_linear_velocity", 2.0, {"std": 0.5}),
+    "track_angular_velocity": ("track_angular_velocity", 2.0, {"std": 0.5**0.5}),
+    "upright": ("upright", 1.0, {"body": "torso_link", "std": 0.2**0.5}),
+    "pose": ("variable_posture", 1.0, {"walking_threshold": 0.05, "running_threshold": 1.5}),
+    "body_ang_vel": ("body_angular_velocity", -0.05, {"body": "torso_link"}),
+    "angular_momentum": ("angular_momentum", -0.02, {}),
+    "dof_pos_limits": ("joint_limits", -1.0, {}),
+    "action_rate_l2": ("action_rate", -0.1, {}),
+    "air_time": ("air_time", 0.0, {"threshold_min": 0.05, "threshold_max": 0.5, "command_threshold": 0.5}),
+    "foot_clearance": ("foot_clearance", -2.0, {"target_height": 0.1, "command_threshold": 0.05}),
+    "foot_swing_height": ("foot_swing_height", -0.25, {"target_height": 0.1, "command_threshold": 0.05}),
+    "foot_slip": ("foot_slip", -0.1, {"command_threshold": 0.05}),
+    "soft_landing": ("soft_landing", -1e-5, {"command_threshold": 0.05}),
+    "self_collisions": ("self_collisions", -1.0, {"force_threshold": 10.0}),
+}
 
 
-def test_the_g1_task_takes_mjlabs_g1_weights_exploration_and_unclipped_reward():
+def _assert_recipe(recipe, expected):
+    assert list(recipe) == list(expected)
+    for name, (func, weight, params) in expected.items():
+        term = recipe[name]
+        assert (term.func, term.weight) == (func, weight), name
+        for key, value in params.items():
+            assert term.params[key] == pytest.approx(value), (name, key)
+
+
+def test_the_g1_and_go1_recipes_list_every_mjlab_term_with_its_weight_and_parameters():
+    g1 = get_task("G1-Velocity-Flat").env_config()
+    _assert_recipe(g1.rewards, MJLAB_G1)
+    assert g1.rewards["pose"].params["std_walking"][r".*knee.*"] == 0.35  # g1 env_cfgs.py
+    assert g1.rewards["pose"].params["std_standing"] == {".*": 0.05}
+    go1_expected = {k: v for k, v in MJLAB_G1.items() if k != "self_collisions"}
+    go1_expected["upright"] = ("upright", 1.0, {"body": "trunk", "std": 0.2**0.5})
+    go1_expected["body_ang_vel"] = ("body_angular_velocity", 0.0, {"body": "trunk"})
+    go1_expected["angular_momentum"] = ("angular_momentum", 0.0, {})
+    go1 = get_task(TASK).env_config()
+    _assert_recipe(go1.rewards, go1_expected)
+    assert (
+        go1.rewards["pose"].params["std_walking"][r".*(FR|FL|RR|RL)_calf_joint.*"] == 0.6
+    )  # go1 env_cfgs.py
+    assert go1.only_positive_rewards is False and g1.only_positive_rewards is False  # mjlab does not clip
+
+
+def test_the_g1_task_takes_mjlabs_exploration_and_tilt_limit():
     spec = get_task("G1-Velocity-Flat")
     cfg = spec.env_config()
-    for term, weight in MJLAB_G1_WEIGHTS.items():
-        assert getattr(cfg.rewards, term) == weight, term
-    for term in NOT_IN_MJLAB_G1:
-        assert getattr(cfg.rewards, term) == 0.0, term
-    assert cfg.only_positive_rewards is False and cfg.max_tilt == pytest.approx(np.radians(70.0))
+    assert cfg.max_tilt == pytest.approx(np.radians(70.0))
     for device in ("cpu", "cuda"):
         agent = spec.default_agent_config(device)
         assert agent.actor.init_noise_std == 1.0 and agent.ppo.entropy_coef == 0.01  # mjlab g1 rl_cfg.py
     assert spec.default_agent_config("cuda").actor.hidden_dims == (512, 256, 128)
-    # the Go1 keeps its recipe (the quadruped's clip and penalties)
-    go1 = get_task(TASK).env_config()
-    assert go1.only_positive_rewards is True and go1.rewards.torques != 0.0
+
+
+@pytest.mark.parametrize(
+    ("flags", "needles"),
+    [
+        (
+            ["--env.rewards.upright.params.body", "torso"],
+            [
+                "unitree-g1: env.rewards.upright.params.body = 'torso': no body of this robot by that name",
+                "torso_link",
+            ],
+        ),
+        (
+            ["--env.rewards.pose.params.std-walking.*knee.*", "-0.35"],
+            ["unitree-g1: env.rewards.pose.params.std_walking", "give a positive number"],
+        ),
+        (["--env.rewards.foot-slip.weight", "nan"], ["unitree-g1: env.rewards.foot_slip.weight = nan"]),
+    ],
+)
+def test_a_recipe_that_does_not_fit_the_g1_is_one_line_before_any_worker(
+    flags, needles, robot_cache, tmp_path
+):
+    result = run_cli(
+        "train", "G1-Velocity-Flat", "--gpu-ids", "None", *flags, cwd=tmp_path,
+        env={"MJFLEET_CACHE_DIR": str(robot_cache)}, timeout=180,
+    )  # fmt: skip
+    assert_one_line_usage_error(result, *needles)
+    assert os.listdir(tmp_path) == []  # no run directory, nothing started

@@ -172,8 +172,14 @@ class RobotDescription:
     meets the floor but not the robot; feet_only: only the feet's geoms collide, with the floor alone."""
     action_scale: float | None = None
     """One scale for every joint's action; None: ACTION_SCALE_FACTOR x effort limit / kp per joint."""
+    recipe: str | None = None
+    """The velocity task's reward recipe this robot trains with, by name (tasks/locomotion/described_config.py:
+    RECIPES: "legged", "go1", "g1"); None: "legged", the quadruped's terms, which need no body or joint names."""
     reward_weights: Mapping[str, float] = dataclasses.field(default_factory=dict)
-    """Reward term name -> weight, over the velocity task's own (tasks/locomotion/described_config.py)."""
+    """Recipe entry name -> weight (per second), over the recipe's own; a name the recipe lacks adds the reward term
+    library's term of that name (a user's own `@reward_term` function, say)."""
+    reward_params: Mapping[str, Mapping[str, object]] = dataclasses.field(default_factory=dict)
+    """Recipe entry name -> {parameter: value}, over the recipe's own (e.g. {"upright": {"body": "torso"}})."""
     physics: Mapping[str, object] = dataclasses.field(default_factory=dict)
     """MuJoCo <option> settings over the task's own (tasks/locomotion/described.py: PHYSICS), by MjOption field
     name, e.g. {"cone": mujoco.mjtCone.mjCONE_ELLIPTIC, "impratio": 10.0}: what mjlab sets per robot task."""
@@ -185,6 +191,7 @@ class RobotDescription:
                 raise UsageError(f"{field} = {value!r}: give a tuple, e.g. ({value!r},)")
             object.__setattr__(self, field, tuple(value))
         object.__setattr__(self, "reward_weights", dict(self.reward_weights))
+        object.__setattr__(self, "reward_params", {k: dict(v) for k, v in dict(self.reward_params).items()})
         object.__setattr__(self, "physics", dict(self.physics))
         _options("physics", self.physics)
         if not all(isinstance(g, ActuatorGroup) for g in self.actuators):

@@ -80,4 +80,5 @@ UNITREE_G1 = RobotDescription(
     # mjlab's G1 ends episodes on orientation (fell_over), on no body's contact: none here either
     terminate_on_contact=(),
     collisions="all",  # g1_constants: FULL_COLLISION, self-collisions included, as mjlab's G1 trains
+    recipe="g1",  # mjlab 1.6's G1 velocity recipe (tasks/locomotion/described_config.py)
 )

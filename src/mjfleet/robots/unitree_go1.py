@@ -59,4 +59,5 @@ UNITREE_GO1 = RobotDescription(
     # thigh_ground_touch); on flat ground mjlab ends it on orientation instead, a task's choice
     terminate_on_contact=(".*_thigh",),
     collisions="all",  # go1_constants: FULL_COLLISION, the collision mjlab's Go1 trains with
+    recipe="go1",  # mjlab 1.6's Go1 velocity recipe (tasks/locomotion/described_config.py)
 )

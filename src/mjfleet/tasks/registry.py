@@ -43,6 +43,9 @@ class TaskSpec:
     requires: Callable[[], None] | None = None
     """Raises a UsageError when the task cannot be built on this machine, saying what to do (e.g. a robot not
     fetched yet): `train`, `play` and `bench` call it once their flags are parsed, before anything is written."""
+    check_config: Callable[[Any], None] | None = None
+    """Checks of an env config in the launching process (no simulator imported): a UsageError where it does not
+    fit (a recipe's terms, the body and joint names they resolve, a mass range)."""
     env_kwargs: Mapping[str, Any] = field(default_factory=dict)
     """Keyword arguments of the environment class besides the config and device (a described robot's task passes
     its description: one class serves every robot, no subclass per robot)."""
@@ -74,6 +77,12 @@ class TaskSpec:
     def env_type(self) -> type[MujocoVecEnv]:
         """The environment class (imported now if it was given by name)."""
         return import_object(self.env_class) if isinstance(self.env_class, str) else self.env_class
+
+    def check_env_config(self, cfg: EnvConfig) -> None:
+        """`check_config`, where the task has one: what its settings must satisfy, checked before any environment is
+        built (a recipe's terms and the names they resolve), as a UsageError."""
+        if self.check_config is not None:
+            self.check_config(cfg)
 
     def make_env(self, cfg: EnvConfig, device: str = "cpu") -> MujocoVecEnv:
         """Build the environment; fills in num_envs for the device when the config leaves it open."""

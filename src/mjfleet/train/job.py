@@ -98,6 +98,7 @@ def resolve(task_name: str, flags: Any, plan: WorkerPlan) -> TrainJob:
             "--env.penalty-curriculum-start must be in [0, 1] and --env.penalty-curriculum-steps and -delay >= 0, "
             f"got {env.penalty_curriculum_start}, {env.penalty_curriculum_steps} and {env.penalty_curriculum_delay}"
         )
+    spec.check_env_config(env)
     video = _video_settings(flags)
     agent.check(env.num_envs)
     retention = Retention(flags.keep_last, flags.keep_every)

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 from mjfleet.errors import UsageError
 from mjfleet.lazy import lazy_exports
+from mjfleet.robots.mjfleet_quadruped import MJFLEET_QUADRUPED
 from mjfleet.robots.unitree_g1 import UNITREE_G1
 from mjfleet.robots.unitree_go1 import UNITREE_GO1
 from mjfleet.tasks.locomotion.config import (
@@ -14,14 +15,13 @@ from mjfleet.tasks.locomotion.config import (
     EventConfig,
     HeightScanConfig,
     LocomotionConfig,
-    LocomotionRewards,
     NoiseConfig,
     agent_config,
     flat_config,
     play_settings,
     rough_config,
 )
-from mjfleet.tasks.locomotion.described_config import G1_REWARDS, check_fetched, velocity_flat_config
+from mjfleet.tasks.locomotion.described_config import check_fetched, velocity_flat_config
 from mjfleet.tasks.locomotion.terrain import HeightMap, Terrain, TerrainConfig
 from mjfleet.tasks.registry import TaskSpec, register
 
@@ -30,6 +30,23 @@ if TYPE_CHECKING:
 
 # By name: the simulator is imported when an environment is built, not when the task is registered.
 ENV_CLASS = "mjfleet.tasks.locomotion.env:LocomotionEnv"
+
+
+def velocity_checks(robot, trunk: str | None = None, term_modules: tuple[str, ...] = ()):
+    """A TaskSpec's `check_config` for a velocity task on `robot` (tasks/locomotion/checks.py, imported when it runs);
+    `term_modules` hold further terms its recipe may name (imported first, which registers them)."""
+
+    def check(cfg) -> None:
+        import importlib
+
+        from mjfleet.tasks.locomotion.checks import check_velocity_config
+
+        for module in term_modules:
+            importlib.import_module(module)
+        check_velocity_config(cfg, robot, trunk)
+
+    return check
+
 
 # Networks: 512-256-128 ELU (rsl_rl's legged defaults); 4096 envs per GPU. On CPU the flat task trains 2 workers x
 # 256 envs (one worker per core beats one worker with 512) with 256-128-64 networks: the smaller PPO update lets a
@@ -53,6 +70,7 @@ register(
         num_envs_gpu=4096,
         cpu_workers=2,
         play_settings=play_settings,
+        check_config=velocity_checks(MJFLEET_QUADRUPED),
     )
 )
 register(
@@ -66,6 +84,7 @@ register(
         num_envs_cpu=256,
         num_envs_gpu=4096,
         play_settings=play_settings,
+        check_config=velocity_checks(MJFLEET_QUADRUPED),
     )
 )
 
@@ -96,6 +115,7 @@ def described_task(
         num_envs_gpu=4096,
         play_settings=play_settings,
         requires=partial(check_fetched, robot),
+        check_config=velocity_checks(robot),
         env_kwargs={"robot": robot},
     )
 
@@ -152,8 +172,8 @@ register_described(
     "G1VelocityEnv",
     "Unitree G1 (`robots fetch unitree-g1`, 29 joints) tracks commanded (vx, vy, yaw rate) on flat ground; "
     "mjlab 1.6's G1 recipe where mjfleet has its terms (docs/tasks.md).",
-    # mjlab 1.6.0 g1 env_cfgs.py and velocity_env_cfg.py: its reward weights, its unclipped step reward
-    rewards=G1_REWARDS,
+    # mjlab 1.6.0 g1 env_cfgs.py and velocity_env_cfg.py: its recipe (the description names it), its unclipped
+    # step reward
     only_positive_rewards=False,
 )
 
@@ -167,7 +187,6 @@ __all__ = [
     "HeightScanConfig",
     "LocomotionConfig",
     "LocomotionEnv",
-    "LocomotionRewards",
     "NoiseConfig",
     "Terrain",
     "TerrainConfig",

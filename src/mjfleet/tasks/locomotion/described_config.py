@@ -8,9 +8,9 @@ setting, or mjfleet's term differs from mjlab's, the value is Quadruped-Velocity
 
 from __future__ import annotations
 
-import dataclasses
 import math
 
+from mjfleet.envs.terms import Term, with_overrides
 from mjfleet.errors import UsageError
 from mjfleet.robots.build import mjcf_path
 from mjfleet.robots.description import RobotDescription
@@ -18,59 +18,103 @@ from mjfleet.tasks.locomotion.config import (
     CommandConfig,
     EventConfig,
     LocomotionConfig,
-    LocomotionRewards,
     NoiseConfig,
 )
+from mjfleet.tasks.locomotion.recipes import mjlab_velocity_recipe, quadruped_recipe, weights
 
 SPAWN_DROP_M = 0.03
 """Episodes start this much above the home pose's base height: the middle of mjlab velocity's reset_base
 pose_range z, (0.01, 0.05) m."""
 
-REWARDS = LocomotionRewards(
-    # mjlab velocity: track_linear_velocity and track_angular_velocity, weight 2.0 each (their kernels: exp(-error /
-    # std^2) with std^2 0.25 and 0.5; mjfleet has one width, tracking_sigma 0.25, for both)
-    track_lin_vel_xy=2.0,
-    track_ang_vel_z=2.0,
-    joint_limits=-1.0,  # mjlab velocity: dof_pos_limits (beyond the soft limits, 0.9 of the range: go1_constants)
-    action_rate=-0.1,  # mjlab velocity: action_rate_l2
-    feet_air_time=0.0,  # mjlab go1: air_time weight 0.0
-    # lin_vel_z, ang_vel_xy, orientation, torques, joint_acc, undesired_contacts: mjlab's flat Go1 has no such
-    # term (its upright, pose, foot and collision terms are not mjfleet's): Quadruped-Velocity-Flat's weights
-)
 
-G1_REWARDS = dataclasses.replace(
-    REWARDS,
-    # mjlab/tasks/velocity/config/g1/env_cfgs.py ("mjlab g1"): body_ang_vel -0.05 (the torso's roll and pitch rates;
-    # mjfleet's term takes the base's, the pelvis')
-    ang_vel_xy=-0.05,
-    # The published G1 recipe has no such terms: its vertical velocity sits inside the linear tracking kernel, and
-    # staying upright is paid by a positive kernel (upright), not a penalty; it has no torque, acceleration or
-    # limb-contact penalty. Its upright, pose, foot and self-collision terms have no mjfleet counterpart
-    # (docs/tasks.md, "G1-Velocity-Flat beside mjlab's G1").
-    lin_vel_z=0.0,
-    orientation=0.0,
-    torques=0.0,
-    joint_acc=0.0,
-    undesired_contacts=0.0,
-)
-"""Reward weights of G1-Velocity-Flat: mjlab 1.6's G1 weights where mjfleet has the same term, 0 elsewhere."""
+def legged_recipe() -> dict[str, Term]:
+    """The reward of a robot file's velocity task unless it names another: the quadruped's terms, which need no
+    body or joint names, with mjlab 1.6's weights where mjlab has the same term (tracking 2.0 each, joint limits
+    -1.0, action rate -0.1, no air time)."""
+    return weights(
+        quadruped_recipe(),
+        track_lin_vel_xy=2.0,
+        track_ang_vel_z=2.0,
+        joint_limits=-1.0,
+        action_rate=-0.1,
+        feet_air_time=0.0,
+    )
+
+
+def go1_recipe() -> dict[str, Term]:
+    """Go1-Velocity-Flat's reward: mjlab 1.6.0's velocity recipe as its Go1 flat task sets it
+    (mjlab/tasks/velocity/config/go1/env_cfgs.py): the trunk upright, no body-rate, angular-momentum or air-time
+    reward, no collision terms on flat ground (the flat task removes them)."""
+    return mjlab_velocity_recipe(
+        upright_body="trunk",
+        posture={
+            "std_standing": {
+                r".*(FR|FL|RR|RL)_(hip|thigh)_joint.*": 0.05,
+                r".*(FR|FL|RR|RL)_calf_joint.*": 0.1,
+            },
+            "std_walking": {
+                r".*(FR|FL|RR|RL)_(hip|thigh)_joint.*": 0.3,
+                r".*(FR|FL|RR|RL)_calf_joint.*": 0.6,
+            },
+            "std_running": {
+                r".*(FR|FL|RR|RL)_(hip|thigh)_joint.*": 0.3,
+                r".*(FR|FL|RR|RL)_calf_joint.*": 0.6,
+            },
+        },
+    )
+
+
+G1_STD_WALKING = {
+    r".*hip_pitch.*": 0.3, r".*hip_roll.*": 0.15, r".*hip_yaw.*": 0.15, r".*knee.*": 0.35,
+    r".*ankle_pitch.*": 0.25, r".*ankle_roll.*": 0.1, r".*waist_yaw.*": 0.2, r".*waist_roll.*": 0.08,
+    r".*waist_pitch.*": 0.1, r".*shoulder_pitch.*": 0.15, r".*shoulder_roll.*": 0.15, r".*shoulder_yaw.*": 0.1,
+    r".*elbow.*": 0.15, r".*wrist.*": 0.3,
+}  # fmt: skip
+G1_STD_RUNNING = {
+    r".*hip_pitch.*": 0.5, r".*hip_roll.*": 0.2, r".*hip_yaw.*": 0.2, r".*knee.*": 0.6,
+    r".*ankle_pitch.*": 0.35, r".*ankle_roll.*": 0.15, r".*waist_yaw.*": 0.3, r".*waist_roll.*": 0.08,
+    r".*waist_pitch.*": 0.2, r".*shoulder_pitch.*": 0.5, r".*shoulder_roll.*": 0.2, r".*shoulder_yaw.*": 0.15,
+    r".*elbow.*": 0.35, r".*wrist.*": 0.3,
+}  # fmt: skip
+
+
+def g1_recipe() -> dict[str, Term]:
+    """G1-Velocity-Flat's reward: mjlab 1.6.0's velocity recipe as its G1 task sets it
+    (mjlab/tasks/velocity/config/g1/env_cfgs.py): the torso upright and its roll and pitch rates -0.05, angular
+    momentum -0.02, self-collisions -1.0 (substeps with a self-contact above 10 N), the posture widths by joint."""
+    return mjlab_velocity_recipe(
+        upright_body="torso_link",
+        posture={"std_standing": {".*": 0.05}, "std_walking": G1_STD_WALKING, "std_running": G1_STD_RUNNING},
+        body_ang_vel=-0.05,
+        angular_momentum=-0.02,
+        self_collisions=-1.0,
+    )
+
+
+RECIPES = {"legged": legged_recipe, "go1": go1_recipe, "g1": g1_recipe}
+"""The reward recipes a robot description may name (`RobotDescription.recipe`; default "legged")."""
+CLIPPED = {"legged"}
+"""Recipes whose step reward is clipped at 0 (the quadruped's rule: its penalties outweigh tracking early on);
+mjlab's recipes are not clipped."""
 
 
 def velocity_flat_config(
     description: RobotDescription,
     foot_friction: tuple[float, float] = (0.3, 1.2),
-    rewards: LocomotionRewards = REWARDS,
-    only_positive_rewards: bool = True,
+    rewards: dict[str, Term] | None = None,
+    only_positive_rewards: bool | None = None,
 ) -> LocomotionConfig:
     """The flat-ground velocity task for `description`; `foot_friction`: the range the feet's sliding friction is
-    drawn from (mjlab velocity: foot_friction (0.3, 1.2)); `rewards`: the task's weights, under the description's
-    own; `only_positive_rewards`: clip each step's total at 0 (the quadruped's; mjlab does not clip)."""
+    drawn from (mjlab velocity: foot_friction (0.3, 1.2)); `rewards`: the task's recipe (default: the one the
+    description names, else the Go1's), under the description's own weights and parameters; `only_positive_rewards`: clip each step's total at 0 (None: as the recipe says, `CLIPPED`)."""
     home = description.home
     if home.base_height is None:  # a keyframe's height is known only once the MJCF is read
         raise ValueError(
             f"{description.name}: the velocity task needs home.base_height (not a keyframe) for now"
         )
-    rewards = _with_description_weights(description, rewards)
+    if only_positive_rewards is None:
+        only_positive_rewards = rewards is None and (description.recipe or "legged") in CLIPPED
+    rewards = description_recipe(description, rewards)
     return LocomotionConfig(
         # mjlab velocity: decimation 4, episode_length_s 20.0, timestep 0.005 (set on the model: described.py)
         decimation=4,
@@ -112,16 +156,33 @@ def velocity_flat_config(
     )
 
 
-def _with_description_weights(description: RobotDescription, rewards: LocomotionRewards) -> LocomotionRewards:
-    """`rewards` with the description's own `reward_weights` over them (each must name a term of the task)."""
-    known = {f.name for f in dataclasses.fields(LocomotionRewards)}
-    unknown = sorted(set(description.reward_weights) - known)
-    if unknown:
+def check_recipe_name(description: RobotDescription) -> None:
+    name = description.recipe or "legged"
+    if name not in RECIPES:
         raise UsageError(
-            f"{description.name}: reward_weights {', '.join(unknown)} are no terms of the velocity task "
-            f"(its terms: {', '.join(sorted(known))})"
+            f"{description.name}: recipe = {name!r}: no such recipe (known: {', '.join(sorted(RECIPES))})"
         )
-    return dataclasses.replace(rewards, **description.reward_weights)
+
+
+def description_recipe(
+    description: RobotDescription, recipe: dict[str, Term] | None = None
+) -> dict[str, Term]:
+    """`recipe` (default: the recipe the description names, else the Go1's) with the description's
+    `reward_weights` and `reward_params` over it. Unknown recipe or term names are one line naming the field."""
+    check_recipe_name(description)
+    if recipe is None:
+        name = description.recipe or "legged"
+        recipe = RECIPES[name]()
+    # the library's terms, for names the description adds
+    import mjfleet.tasks.locomotion.mdp.gait_rewards  # noqa: F401
+    import mjfleet.tasks.locomotion.mdp.rewards  # noqa: F401
+
+    return with_overrides(
+        recipe,
+        description.reward_weights,
+        description.reward_params,
+        prefix=f"{description.name}: ",
+    )
 
 
 def check_fetched(description: RobotDescription) -> None:

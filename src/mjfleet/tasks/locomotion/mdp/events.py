@@ -7,12 +7,29 @@ import math
 
 import torch
 
+from mjfleet.errors import UsageError
 from mjfleet.tasks.locomotion.math import quat_from_yaw, uniform, uniform_range
+
+
+def check_added_mass(model, body: int, added: tuple[float, float] | None, prefix: str = "") -> None:
+    """A UsageError naming the robot, the body and its mass when the range `added` (kg) can make that body's mass
+    zero or negative (MuJoCo then diverges: NaN resets in every iteration)."""
+    if added is None:
+        return
+    mass, low = float(model.body_mass[body]), min(added)
+    if mass + low <= 0:
+        raise UsageError(
+            f"{prefix}env.events.added_trunk_mass = {tuple(added)}: body {model.body(body).name!r} weighs "
+            f"{mass:.3g} kg, so adding {low:g} kg leaves it no mass; give a range above {-mass:.3g} kg "
+            f"(e.g. --env.events.added-trunk-mass {-0.25 * mass:.2g} {0.5 * mass:.2g}), or none"
+        )
 
 
 def randomize_physics(env) -> None:
     """Start-up randomisation, once per environment: foot friction and added trunk mass."""
     ev, n, dev = env.cfg.events, env.num_envs, env.device
+    robot = getattr(env, "robot", None)
+    check_added_mass(env.mj_model, env.trunk_body, ev.added_trunk_mass, f"{robot.name}: " if robot else "")
     friction = env.sim.model_view("geom_friction")  # (n, ngeom, 3), one copy per world
     if ev.foot_friction is None:  # nominal: the model's own (what the critic observes, too)
         env.foot_friction = friction[:, env.foot_geoms[0], 0].clone()
