@@ -1,5 +1,5 @@
 """mjfleet.atomic: a replaced file is the old content or the new, whoever else writes it, and a failed write
-leaves no trace."""
+leaves no trace; bench's shared --num-envs auto cache keeps every bench's entry."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import stat
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 
@@ -126,4 +127,31 @@ def test_two_writers_of_one_file_never_leave_a_torn_file_or_a_temporary_one(tmp_
         finish(*writers)
     assert target.read_text() in complete.values()
     assert reads > 10 and seen  # the reader really ran beside the writers
+    assert leftovers(tmp_path) == []
+
+
+STORER = """
+import sys
+from mjfleet.bench import autotune
+
+tag, count = sys.argv[1], int(sys.argv[2])
+for i in range(count):
+    autotune.store(f"{tag}-{i}", {"num_envs": i, "sweep": {}, "date": "2026-11-22"})
+"""
+
+
+def test_two_benches_storing_auto_counts_at_once_keep_every_entry(tmp_path, monkeypatch):
+    monkeypatch.setenv("MJFLEET_CACHE_DIR", str(tmp_path))
+    from mjfleet.bench import autotune
+
+    count = 60
+    env = {"MJFLEET_CACHE_DIR": str(tmp_path)}
+    started = time.monotonic()
+    benches = [start(STORER, tag, str(count), env=env) for tag in ("cartpole", "quadruped")]
+    finish(*benches)
+    entries = json.loads(autotune.cache_path().read_text())
+    assert sorted(entries) == sorted(
+        f"{tag}-{i}" for tag in ("cartpole", "quadruped") for i in range(count)
+    ), f"entries lost after {time.monotonic() - started:.1f}s"
+    assert autotune.load("quadruped-7") == {"num_envs": 7, "sweep": {}, "date": "2026-11-22"}
     assert leftovers(tmp_path) == []
