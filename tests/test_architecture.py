@@ -6,7 +6,7 @@ import pathlib
 SRC = pathlib.Path(__file__).resolve().parents[1] / "src" / "mjfleet"
 
 LAYERS = [
-    {"errors", "environ", "lazy", "signals", "timing", "warp_log", "assets"},  # shared helpers; model files
+    {"errors", "environ", "atomic", "lazy", "signals", "timing", "warp_log", "assets"},  # shared helpers
     {"sim", "robots"},  # robots/: a robot described as data, built into a MuJoCo model; its fetched files
     {"envs"},
     {"fleet", "runs"},  # the worker runtime (context, reducers, liveness) and rank 0's outputs, under rl/
@@ -66,3 +66,68 @@ def test_an_upward_import_is_caught(tmp_path):
     (tmp_path / "sim").mkdir()
     (tmp_path / "sim" / "simulation.py").write_text("def f():\n    from mjfleet.rl import runner\n")
     assert upward_imports(tmp_path) == ["sim/simulation.py (sim) imports mjfleet.rl"]
+
+
+RENAMES_ALLOWED = {
+    "atomic.py": "the one way to replace a file atomically",
+    "robots/fetch.py": "moves a whole fetched folder into place: a directory, which mjfleet.atomic does not write",
+}
+"""The modules that may rename files into place; every other writer goes through mjfleet.atomic."""
+
+
+def renames(path: pathlib.Path) -> list[str]:
+    """The calls in `path` that rename a file: os.replace/os.rename/os.renames/shutil.move (also imported by
+    name), any `.rename(...)`, and a one-argument `.replace(target)` (Path.replace; str.replace takes two)."""
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module in ("os", "shutil"):
+            names = {alias.name for alias in node.names} & {"replace", "rename", "renames", "move"}
+            found += [(node.lineno, f"from {node.module} import {n}") for n in sorted(names)]
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+            continue
+        owner = node.func.value.id if isinstance(node.func.value, ast.Name) else None
+        attr = node.func.attr
+        module_call = (owner, attr) in {
+            ("os", "replace"),
+            ("os", "rename"),
+            ("os", "renames"),
+            ("shutil", "move"),
+        }
+        path_call = owner not in ("os", "shutil", "dataclasses") and (
+            attr == "rename" or (attr == "replace" and len(node.args) == 1 and not node.keywords)
+        )
+        if module_call or path_call:
+            found.append((node.lineno, f"{ast.unparse(node.func)}(...)"))
+    return [f"{line}: {call}" for line, call in sorted(found)]
+
+
+def renames_outside_atomic(root: pathlib.Path = SRC) -> list[str]:
+    return [
+        f"{p.relative_to(root).as_posix()}:{r}"
+        for p in sorted(root.rglob("*.py"))
+        if p.relative_to(root).as_posix() not in RENAMES_ALLOWED
+        for r in renames(p)
+    ]
+
+
+def test_only_the_atomic_helper_renames_files_into_place():
+    problems = renames_outside_atomic()
+    assert problems == [], f"write through mjfleet.atomic (write_text, write_bytes, open, staged): {problems}"
+
+
+def test_a_rename_is_caught(tmp_path):
+    (tmp_path / "runs").mkdir()
+    (tmp_path / "runs" / "plots.py").write_text(
+        "import os, dataclasses\n"
+        "def f(tmp, out, cfg):\n"
+        "    os.replace(tmp, out)\n"
+        "    tmp.replace(out)\n"
+        "    tmp.rename(out)\n"
+        "    name = out.name.replace('-', '_')\n"
+        "    return dataclasses.replace(cfg, num_envs=1)\n"
+    )
+    assert renames_outside_atomic(tmp_path) == [
+        "runs/plots.py:3: os.replace(...)",
+        "runs/plots.py:4: tmp.replace(...)",
+        "runs/plots.py:5: tmp.rename(...)",
+    ]

@@ -1,6 +1,7 @@
 """The exported policy's metadata, read back from policy.onnx with `onnx` as a deployment script would."""
 
 import json
+import warnings
 from types import SimpleNamespace
 
 import onnx
@@ -122,6 +123,13 @@ def test_a_recurrent_policys_onnx_carries_its_state_rule(tmp_path):
     assert meta["state"]["inputs"] == ["h_in"] and meta["state"]["outputs"] == ["h_out"]
     assert meta["state"]["reset"].startswith("zeros at the start of every episode")
     _assert_onnx_carries_policy_json(tmp_path)
+    # each file renamed into place whole, no temporary one left; policy.pt is the TorchScript module itself
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["policy.json", "policy.onnx", "policy.pt"]
+    assert meta["files"] == {"onnx": "policy.onnx", "torchscript": "policy.pt"}
+    with warnings.catch_warnings():  # torch deprecates TorchScript; deployers still load it
+        warnings.simplefilter("ignore", FutureWarning)
+        scripted = torch.jit.load(tmp_path / "policy.pt")
+    assert len(scripted(torch.zeros(1, 3), torch.zeros(1, 1, 8))) == 2  # actions, the next hidden state
 
 
 def test_observation_terms_that_do_not_add_up_to_the_group_are_an_error():

@@ -6,7 +6,8 @@ the real run gives each worker. It stops after `FLAT_DOUBLINGS` doublings in a r
 `MIN_GAIN` (one flat step may be noise on a shared machine), at the cap, or when a size no longer fits in
 memory, and picks the smallest count within `WITHIN_BEST` of the best rate seen.
 Results are cached per task, device, threads per worker, library versions and task settings in a small JSON
-file.
+file, shared by every bench on the machine: each update holds a lock file beside it while it reads, adds its
+entry and writes (atomically), so two benches finishing together both keep their entries.
 """
 
 from __future__ import annotations
@@ -14,12 +15,14 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import os
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import filelock
+
+from mjfleet import atomic
 from mjfleet.environ import cache_dir
 
 MIN_GAIN = 1.10
@@ -65,16 +68,17 @@ def load(key: str) -> dict[str, Any] | None:
 
 
 def store(key: str, entry: dict[str, Any]) -> None:
+    """Add (or replace) one entry of the cache, keeping every other bench's entries."""
     path = cache_path()
-    try:
-        entries = json.loads(path.read_text())
-    except (OSError, ValueError):
-        entries = {}
-    entries[key] = entry
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(entries, indent=2, sort_keys=True) + "\n")
-    os.replace(tmp, path)
+    # Readers need no lock (the file is replaced whole); writers do, or one's read-modify-write loses another's.
+    with filelock.FileLock(path.with_name(path.name + ".lock")):
+        try:
+            entries = json.loads(path.read_text())
+        except (OSError, ValueError):
+            entries = {}
+        entries[key] = entry
+        atomic.write_text(path, json.dumps(entries, indent=2, sort_keys=True) + "\n")
 
 
 def sweep(measure: Callable[[int], float], device_type: str) -> dict[str, Any]:

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from mjfleet import atomic
 from mjfleet.bench import autotune, machine
 from mjfleet.bench.report import scaling_over_rounds, summarize_run, summarize_startup
 from mjfleet.bench.table import format_report
@@ -243,7 +244,7 @@ def run(argv: list[str]) -> dict[str, Any]:
     if flags.json:
         path = Path(flags.json)
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(result, indent=2) + "\n")
+        atomic.write_text(path, json.dumps(result, indent=2) + "\n")
         print(f"wrote {path}")
     return result
 

@@ -22,6 +22,7 @@ from typing import Any
 import torch
 from tensordict import TensorDict
 
+from mjfleet import atomic
 from mjfleet.deploy.check import (
     ONNX_TOLERANCE,
     actor_input_groups,
@@ -187,7 +188,7 @@ def export_policy(
     """Write policy.onnx (+ policy.pt) and policy.json to `out_dir`, after checking ONNX against torch.
 
     Raises ExportError when the ONNX model's outputs differ from the torch policy's by more than ONNX_TOLERANCE.
-    Files are written under temporary names and renamed, so a reader never sees a half-written policy.
+    Each file is replaced whole (`mjfleet.atomic`), so a reader never sees a half-written policy; policy.json last.
     """
     state = recurrent_state(actor)
     out_dir = pathlib.Path(out_dir)
@@ -202,48 +203,44 @@ def export_policy(
         for name, data in {metadata["mjcf"]: xml.encode(), **assets}.items():
             target = out_dir / name  # meshes go to assets/ (mjfleet.robots.mjcf.bundle_files)
             target.parent.mkdir(parents=True, exist_ok=True)
-            tmp_file = target.with_name(f".{target.name}.tmp")
-            tmp_file.write_bytes(data)
-            os.replace(tmp_file, target)
+            atomic.write_bytes(target, data)
         written["mjcf"] = out_dir / metadata["mjcf"]
 
-    # The ONNX graph and the TorchScript module are made and checked first, under temporary names: policy.json's
-    # `files`, `onnx` and `torchscript` entries come from them, and policy.onnx carries all of policy.json.
-    tmp = out_dir / ".policy.tmp.onnx"
-    _export_onnx(actor, tmp, state)
-    max_diff = check_onnx(tmp, actor, obs) if state is None else check_recurrent_onnx(tmp, actor, obs)
-    onnx_info = {"opset": ONNX_OPSET, "max_abs_diff_vs_torch": max_diff, "tolerance": ONNX_TOLERANCE}
+    # The ONNX graph (under policy.onnx's temporary name) and the TorchScript module (in memory) are made and
+    # checked first: policy.json's `files`, `onnx` and `torchscript` entries come from them, and policy.onnx
+    # carries all of policy.json. A failed check leaves the previous export as it was.
     written["onnx"] = out_dir / "policy.onnx"
-    tmp_pt, torchscript_diff = out_dir / ".policy.tmp.pt", None
-    if torchscript:
-        try:
-            scripted = _torchscript(actor, state is not None)
-            if state is None:
-                torchscript_diff = check_torchscript(scripted, actor, obs)
-            else:
-                torchscript_diff = check_recurrent_torchscript(scripted, actor, obs)
-            scripted.save(str(tmp_pt))
-            written["torchscript"] = out_dir / "policy.pt"
-        except Exception as exc:  # noqa: BLE001 - TorchScript is a bonus; ONNX is the deliverable
-            warnings.warn(f"TorchScript export skipped: {exc}", stacklevel=2)
+    with atomic.staged(written["onnx"]) as tmp:
+        _export_onnx(actor, tmp, state)
+        max_diff = check_onnx(tmp, actor, obs) if state is None else check_recurrent_onnx(tmp, actor, obs)
+        onnx_info = {"opset": ONNX_OPSET, "max_abs_diff_vs_torch": max_diff, "tolerance": ONNX_TOLERANCE}
+        torchscript_file, torchscript_diff = None, None
+        if torchscript:
+            try:
+                scripted = _torchscript(actor, state is not None)
+                if state is None:
+                    torchscript_diff = check_torchscript(scripted, actor, obs)
+                else:
+                    torchscript_diff = check_recurrent_torchscript(scripted, actor, obs)
+                torchscript_file = scripted.save_to_buffer()  # what scripted.save(path) writes
+                written["torchscript"] = out_dir / "policy.pt"
+            except Exception as exc:  # noqa: BLE001 - TorchScript is a bonus; ONNX is the deliverable
+                warnings.warn(f"TorchScript export skipped: {exc}", stacklevel=2)
 
-    meta = dict(metadata)
-    if state is not None:
-        meta["state"] = state
-    meta["files"] = {kind: path.name for kind, path in written.items()}
-    meta["onnx"] = onnx_info
-    if torchscript_diff is not None:
-        meta["torchscript"] = {"max_abs_diff_vs_torch": torchscript_diff, "tolerance": ONNX_TOLERANCE}
-    write_onnx_metadata(tmp, meta)
-    os.replace(tmp, written["onnx"])
-    if "torchscript" in written:
-        os.replace(tmp_pt, written["torchscript"])
+        meta = dict(metadata)
+        if state is not None:
+            meta["state"] = state
+        meta["files"] = {kind: path.name for kind, path in written.items()}
+        meta["onnx"] = onnx_info
+        if torchscript_diff is not None:
+            meta["torchscript"] = {"max_abs_diff_vs_torch": torchscript_diff, "tolerance": ONNX_TOLERANCE}
+        write_onnx_metadata(tmp, meta)
+    if torchscript_file is not None:
+        atomic.write_bytes(written["torchscript"], torchscript_file)
     else:  # an older export's file must not pass for this one
         (out_dir / "policy.pt").unlink(missing_ok=True)
     json_path = out_dir / "policy.json"
-    tmp_json = out_dir / ".policy.tmp.json"
-    tmp_json.write_text(json.dumps(meta, indent=2) + "\n")
-    os.replace(tmp_json, json_path)
+    atomic.write_text(json_path, json.dumps(meta, indent=2) + "\n")
     written["metadata"] = json_path
     return written
 

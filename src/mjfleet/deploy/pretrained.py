@@ -16,6 +16,7 @@ import json
 import pathlib
 from typing import Any
 
+from mjfleet import atomic
 from mjfleet.errors import UsageError
 
 PRETRAINED_ROOT = pathlib.Path(__file__).resolve().parents[1] / "pretrained"
@@ -68,7 +69,7 @@ def play_state(state: dict[str, Any]) -> dict[str, Any]:
 
 def write_pretrained(dest: pathlib.Path, state: dict[str, Any], provenance: dict[str, Any]) -> pathlib.Path:
     """Write `state`'s playable part to dest/model.pt and `provenance` to dest/pretrained.json; returns the
-    checkpoint's path. Each file is replaced whole (written beside, then renamed)."""
+    checkpoint's path. Each file is replaced whole (`mjfleet.atomic`)."""
     import torch
 
     missing = [k for k in PROVENANCE_KEYS if k not in provenance]
@@ -76,13 +77,9 @@ def write_pretrained(dest: pathlib.Path, state: dict[str, Any], provenance: dict
         raise ValueError(f"pretrained.json needs {', '.join(missing)}")
     dest.mkdir(parents=True, exist_ok=True)
     checkpoint = dest / CHECKPOINT
-    tmp = checkpoint.with_suffix(".pt.tmp")
-    torch.save(play_state(state), tmp)
-    tmp.replace(checkpoint)
-    meta = dest / PROVENANCE
-    tmp = meta.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(provenance, indent=2) + "\n")
-    tmp.replace(meta)
+    with atomic.staged(checkpoint) as tmp:
+        torch.save(play_state(state), tmp)
+    atomic.write_text(dest / PROVENANCE, json.dumps(provenance, indent=2) + "\n")
     return checkpoint
 
 
@@ -104,9 +101,7 @@ def record_play(dest: str | pathlib.Path, eval_json: str | pathlib.Path, command
         "trained": brief(report),
         **{name: brief(r) for name, r in (report.get("baselines") or {}).items()},
     }
-    tmp = dest / (PROVENANCE + ".tmp")
-    tmp.write_text(json.dumps(provenance, indent=2) + "\n")
-    tmp.replace(dest / PROVENANCE)
+    atomic.write_text(dest / PROVENANCE, json.dumps(provenance, indent=2) + "\n")
     portable_export(dest)
 
 
@@ -122,7 +117,7 @@ def portable_export(dest: pathlib.Path) -> None:
     meta["checkpoint"] = name
     if "mjlab" in meta:
         meta["mjlab"]["run_path"] = name
-    metadata.write_text(json.dumps(meta, indent=2) + "\n")
+    atomic.write_text(metadata, json.dumps(meta, indent=2) + "\n")
     onnx_file = dest / "policy.onnx"
     if onnx_file.is_file():
         import onnx
@@ -133,4 +128,5 @@ def portable_export(dest: pathlib.Path) -> None:
                 prop.value = json.dumps(name)
             elif prop.key == "run_path":
                 prop.value = name
-        onnx.save(model, str(onnx_file))
+        with atomic.staged(onnx_file) as tmp:
+            onnx.save(model, str(tmp))

@@ -9,6 +9,7 @@ import pathlib
 import time
 from typing import Any
 
+from mjfleet import atomic
 from mjfleet.errors import UsageError
 from mjfleet.play.live_viewer import choose_viewer, open_viewer
 from mjfleet.play.policy import PolicySource, act_fn, baseline_policy, build_checkpoint_actor, choose_policy
@@ -27,7 +28,7 @@ from mjfleet.play.steps import (
     read_initial_state,
     start_from,
 )
-from mjfleet.runs.run_dir import atomic_write_text, to_plain
+from mjfleet.runs.run_dir import to_plain
 
 DEFAULT_NUM_ENVS = 16
 """Environments evaluated in parallel when neither --num-envs nor --env.num-envs is given."""
@@ -132,7 +133,7 @@ def play(task_name: str, flags: Any) -> dict[str, Any]:
         "dumped": {"path": str(dump_path), "steps": len(dump.rows)} if dump is not None else None,
         "env_cfg": to_plain(dataclasses.asdict(env_cfg)),
     }
-    atomic_write_text(output, json.dumps(summary, indent=2) + "\n")
+    atomic.write_text(output, json.dumps(summary, indent=2) + "\n")
     print_summary(summary, source.label, output)
     if export_error is not None:
         raise export_error

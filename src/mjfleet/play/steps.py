@@ -150,14 +150,13 @@ class StepDump:
 
     def write(self, path: pathlib.Path) -> None:
         """The recorded steps to `path` (.npz or .jsonl), replaced whole."""
-        from mjfleet.runs.run_dir import atomic_write_text, float32_list
+        from mjfleet import atomic
+        from mjfleet.runs.run_dir import float32_list
 
         if path.suffix == ".npz":
-            tmp = path.with_name(f".{path.name}.tmp")
-            with tmp.open("wb") as f:
+            with atomic.open(path, "wb") as f:
                 np.savez(f, **{key: np.array([row[key] for row in self.rows]) for key in self.rows[0]})
-            tmp.replace(path)
         else:  # each float32 as the shortest text that reads back
             lines = [json.dumps({k: float32_list(v) if isinstance(v, np.ndarray) else v for k, v in row.items()})
                      for row in self.rows]  # fmt: skip
-            atomic_write_text(path, "".join(line + "\n" for line in lines))
+            atomic.write_text(path, "".join(line + "\n" for line in lines))

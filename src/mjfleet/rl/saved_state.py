@@ -3,7 +3,7 @@
 A checkpoint is plain data that `torch.load(..., weights_only=True)` reads: the algorithm's name and state
 (`Algorithm.state_dict`: networks, optimiser, normaliser statistics), the iteration and step counts, the settings
 as plain dicts, what is needed to rebuild the policy (`infos`) and every rank's torch RNG state, so that a resumed
-run continues each rank's random stream. Written atomically (a temporary file, then a rename).
+run continues each rank's random stream. Written atomically (`mjfleet.atomic`: a temporary file, then a rename).
 
 These helpers take what they need (the state, the reducer), not the runner that holds them.
 """
@@ -11,20 +11,18 @@ These helpers take what they need (the state, the reducer), not the runner that 
 from __future__ import annotations
 
 import os
-import pathlib
 from typing import Any
 
 import torch
 
+from mjfleet import atomic
 from mjfleet.fleet.reduce import Reducer
 
 
 def write(path: str | os.PathLike, state: dict[str, Any]) -> None:
     """Write the checkpoint `state` to `path` atomically."""
-    path = pathlib.Path(path)
-    tmp = path.with_name(f".{path.name}.tmp")
-    torch.save(state, tmp)
-    os.replace(tmp, path)
+    with atomic.staged(path) as tmp:
+        torch.save(state, tmp)
 
 
 def read(path: str | os.PathLike, map_location: Any) -> dict[str, Any]:

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 
 import yaml
 
+from mjfleet import atomic
 from mjfleet.runs.checkpoints import checkpoints_in, runs_in
-from mjfleet.runs.run_dir import atomic_write_text
 
 
 @dataclass(frozen=True)
@@ -62,7 +62,7 @@ def trim_metrics(metrics_file: pathlib.Path, before_iteration: int) -> int:
         else:
             dropped += 1
     if dropped:
-        atomic_write_text(metrics_file, "".join(f"{line}\n" for line in kept))
+        atomic.write_text(metrics_file, "".join(f"{line}\n" for line in kept))
     return dropped
 
 

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import pathlib
 import shutil
 from typing import Any
+
+from mjfleet import atomic
 
 RSL_RL_TAGS: dict[str, tuple[str, ...]] = {
     "env_steps_per_s": ("Perf/total_fps",),
@@ -113,9 +114,8 @@ class MetricsWriter:
         artifact.add_file(str(path))
         self._wandb.log_artifact(artifact, aliases=["latest", f"iter_{iteration}"])
         files = pathlib.Path(self._wandb.dir)
-        tmp = files / f".{path.name}.tmp"  # renamed into place: never a half-copied checkpoint in files/
-        shutil.copyfile(path, tmp)
-        os.replace(tmp, files / path.name)
+        with atomic.staged(files / path.name) as tmp:  # never a half-copied checkpoint in files/
+            shutil.copyfile(path, tmp)
 
     def close(self) -> None:
         self._file.close()

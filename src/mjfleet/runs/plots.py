@@ -9,6 +9,7 @@ import pathlib
 from collections.abc import Sequence
 from typing import Any
 
+from mjfleet import atomic
 from mjfleet.errors import UsageError
 
 
@@ -78,10 +79,11 @@ def plot_reward_curve(
     fig.tight_layout()
     output = pathlib.Path(output)
     output.parent.mkdir(parents=True, exist_ok=True)
-    tmp = output.with_name(f".{output.stem}.tmp{output.suffix}")
-    fig.savefig(tmp, dpi=100)
-    plt.close(fig)
-    os.replace(tmp, output)
+    try:
+        with atomic.staged(output) as tmp:  # the temporary name ends in .tmp: the format comes from `output`
+            fig.savefig(tmp, dpi=100, format=output.suffix.lstrip(".") or None)
+    finally:
+        plt.close(fig)
     return output
 
 

@@ -11,6 +11,7 @@ from typing import Any
 
 import yaml
 
+from mjfleet import atomic
 from mjfleet.runs.checkpoints import checkpoints_in
 
 
@@ -85,7 +86,7 @@ class RunDir:
             data = cfg
             if dataclasses.is_dataclass(cfg) and not isinstance(cfg, type):
                 data = dataclasses.asdict(cfg)
-            atomic_write_text(
+            atomic.write_text(
                 self.path / "params" / f"{name}.yaml", yaml.safe_dump(to_plain(data), sort_keys=False)
             )
 
@@ -110,9 +111,3 @@ def float32_list(values: Any) -> list[float]:
 
     array = values.detach().cpu().numpy() if hasattr(values, "detach") else np.asarray(values)
     return array.astype(np.float32).astype(str).astype(float).tolist()
-
-
-def atomic_write_text(path: pathlib.Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from mjfleet import atomic
 from mjfleet.errors import UsageError, first_line
 
 GL_PACKAGES_HINT = (
@@ -138,7 +139,8 @@ class EnvRecorder:
 class Mp4Writer:
     """Frames -> H.264 mp4 (yuv420p, so width and height must be even) through imageio-ffmpeg's bundled ffmpeg.
 
-    Written to a temporary name and renamed on close, so a video file is either complete or absent.
+    Written to a temporary name and renamed on close (`mjfleet.atomic.staged`), so a video file is either complete
+    or absent.
     """
 
     def __init__(self, path: str | os.PathLike, width: int, height: int, fps: float) -> None:
@@ -148,19 +150,24 @@ class Mp4Writer:
             raise UsageError(f"video width and height must be even (H.264), got {width}x{height}")
         self.path = pathlib.Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._tmp = self.path.with_name(f".{self.path.stem}.tmp.mp4")
+        self._file = atomic.staged(self.path)
         self.size = (width, height)
-        self._writer = imageio_ffmpeg.write_frames(
-            str(self._tmp),
-            self.size,
-            fps=fps,  # pyright: ignore[reportArgumentType] - ffmpeg takes fractional rates (50.0)
-            codec="libx264",
-            pix_fmt_out="yuv420p",
-            quality=7,
-            macro_block_size=1,
-            ffmpeg_log_level="error",
-        )
-        self._writer.send(None)  # start ffmpeg
+        try:
+            self._writer = imageio_ffmpeg.write_frames(
+                str(self._file.path),
+                self.size,
+                fps=fps,  # pyright: ignore[reportArgumentType] - ffmpeg takes fractional rates (50.0)
+                codec="libx264",
+                pix_fmt_out="yuv420p",
+                quality=7,
+                macro_block_size=1,
+                ffmpeg_log_level="error",
+                output_params=["-f", "mp4"],  # the temporary name ends in .tmp: say the container
+            )
+            self._writer.send(None)  # start ffmpeg
+        except BaseException:
+            self._file.discard()
+            raise
 
     def write(self, frame: np.ndarray) -> None:
         if frame.shape[:2] != (self.size[1], self.size[0]):
@@ -169,16 +176,19 @@ class Mp4Writer:
 
     def close(self) -> pathlib.Path:
         """Finish the file and put it in place (an earlier video of the same name is replaced only now)."""
-        self._writer.close()
-        os.replace(self._tmp, self.path)
-        return self.path
+        try:
+            self._writer.close()
+        except BaseException:
+            self._file.discard()
+            raise
+        return self._file.commit()
 
     def abort(self) -> None:
         """Stop ffmpeg and delete the unfinished file (the recording failed)."""
         try:
             self._writer.close()
         finally:
-            self._tmp.unlink(missing_ok=True)
+            self._file.discard()
 
 
 class TrainingVideo:

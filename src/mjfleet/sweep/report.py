@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from mjfleet.runs.run_dir import atomic_write_text
+from mjfleet.atomic import write_text as atomic_write_text
 from mjfleet.sweep.objective import Objective, ended_early
 from mjfleet.sweep.stats import iqm, stratified_bootstrap_ci
 

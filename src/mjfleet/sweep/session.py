@@ -9,8 +9,8 @@ import shlex
 from pathlib import Path
 from typing import Any
 
+from mjfleet import atomic
 from mjfleet.launch.slurm import requeue_before_time_limit
-from mjfleet.runs.run_dir import atomic_write_text
 from mjfleet.sweep.checks import SweepPlan
 from mjfleet.sweep.report import ranking_table, write_report
 from mjfleet.sweep.runner import SweepRunner
@@ -24,7 +24,7 @@ def run_session(plan: SweepPlan, argv: list[str], resume: bool) -> None:
     plan.sweep_dir.mkdir(parents=True, exist_ok=True)
     record = plan.sweep_dir / "sweep.json"
     if not record.exists():
-        atomic_write_text(record, json.dumps({"argv": argv, "storage": plan.storage_url}, indent=2) + "\n")
+        atomic.write_text(record, json.dumps({"argv": argv, "storage": plan.storage_url}, indent=2) + "\n")
     study = open_study(storage, plan.spec.objective, plan.sampler, plan.pruner)
     queue = TrialQueue(study, storage, plan.spec.params, plan.configs, plan.seeds, plan.first_seed)
     requeued = int(os.environ.get("SLURM_RESTART_COUNT", "0") or 0) > 0
