@@ -1,0 +1,77 @@
+"""Which evaluated policy is best (`mjfleet.ranking`): passing first, then falling least (in steps of 5 points of
+the early-ended share), then the objective.
+
+The G1 case that made the rule: at iteration 100 a G1 fell in 64 of 64 episodes within 28 steps and, because
+falling forward moves, had the lowest velocity error of its run; it was kept as best over later policies that
+never fell.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from mjfleet.ranking import FALLS_STEP_PERCENT, rank_key
+
+# --- the rule ------------------------------------------------------------------------------------------------
+
+
+def test_a_policy_that_fell_in_every_episode_ranks_below_one_that_never_fell_despite_its_lower_error():
+    fell_all = rank_key(0.40, "minimize", [(64, 64)])
+    never_fell = rank_key(0.50, "minimize", [(0, 64)])
+    assert never_fell < fell_all
+
+
+def test_a_passing_policy_ranks_first_even_when_it_falls_more():
+    passing = rank_key(0.14, "minimize", [(3, 64)], passing=True)
+    not_passing = rank_key(0.10, "minimize", [(0, 64)], passing=False)
+    assert passing < not_passing
+
+
+@pytest.mark.parametrize("direction", ["minimize", "maximize"])
+def test_shares_more_than_a_step_apart_rank_the_one_that_falls_less_first_whatever_the_objective(direction):
+    ended = 200
+    for less in range(0, ended + 1, 3):
+        for more in range(less, ended + 1, 7):
+            if 100 * (more - less) <= FALLS_STEP_PERCENT * ended:
+                continue  # within a step of each other: the objective may decide
+            best, worst = (1e9, -1e9) if direction == "maximize" else (-1e9, 1e9)
+            falls_less = rank_key(worst, direction, [(less, ended)])
+            falls_more = rank_key(best, direction, [(more, ended)])
+            assert falls_less < falls_more, (less, more)
+
+
+@pytest.mark.parametrize(("direction", "better", "worse"), [("minimize", 0.2, 0.3), ("maximize", 30.0, 20.0)])
+def test_within_a_step_of_falls_the_objective_decides_in_its_direction(direction, better, worse):
+    assert rank_key(better, direction, [(2, 64)]) < rank_key(worse, direction, [(0, 64)])
+
+
+def test_an_exact_step_edge_is_counted_in_integers_not_floats():
+    # 15 % is three steps of 5; in floats 0.15 / 0.05 is 2.999..., one step too few
+    assert rank_key(0.0, "minimize", [(15, 100)]).falls_step == 3
+    assert rank_key(0.0, "minimize", [(3, 60)]).falls_step == 1
+
+
+def test_the_worst_judges_falls_count():
+    assert rank_key(0.5, "minimize", [(0, 64), (64, 64)]).falls_step == 100 // FALLS_STEP_PERCENT
+
+
+def test_unknown_falls_rank_after_every_known_share():
+    unknown = rank_key(0.0, "minimize", None)
+    assert rank_key(9.0, "minimize", [(64, 64)]) < unknown
+    assert rank_key(9.0, "minimize", [(0, 0)]) == rank_key(9.0, "minimize", None)  # nothing ended: unknown
+
+
+def test_keeping_the_best_so_far_never_drifts_to_a_policy_that_falls_clearly_more():
+    # Each falls 4 points more than the last with a better error: a pairwise "within 5 points" rule would keep
+    # each in turn and end at 8 points more than the first; the steps stop at the first step's edge.
+    best = None
+    for falls, error in [(0, 0.5), (4, 0.4), (8, 0.3)]:
+        key = rank_key(error, "minimize", [(falls, 100)])
+        if best is None or key < best:
+            best, kept = key, falls
+    assert kept == 4
+
+
+def test_no_value_ranks_last_within_its_step():
+    assert rank_key(1e9, "minimize", [(0, 64)]) < rank_key(None, "minimize", [(0, 64)])
+    assert rank_key(-1e9, "maximize", [(0, 64)]) < rank_key(float("nan"), "maximize", [(0, 64)])
