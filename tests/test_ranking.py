@@ -1,16 +1,51 @@
 """Which evaluated policy is best (`mjfleet.ranking`): passing first, then falling least (in steps of 5 points of
-the early-ended share), then the objective.
+the early-ended share), then the objective; and train's model_best.pt (`PeriodicEvaluation`), which keeps the
+best periodic evaluation by it.
 
 The G1 case that made the rule: at iteration 100 a G1 fell in 64 of 64 episodes within 28 steps and, because
 falling forward moves, had the lowest velocity error of its run; it was kept as best over later policies that
-never fell.
+never fell. Summaries here are `mjfleet.evaluation.evaluate`'s own, run on a scripted stand-in for the simulator.
 """
 
 from __future__ import annotations
 
-import pytest
+from types import SimpleNamespace
 
+import pytest
+import torch
+from scripted_env import ScriptedEnv
+
+from mjfleet.evaluation import early_terminations, evaluate
 from mjfleet.ranking import FALLS_STEP_PERCENT, rank_key
+from mjfleet.train.hooks import PeriodicEvaluation
+
+EPISODES = 64
+ENVS = 16
+
+
+def _evaluation(fall_after: list[int | None], error: float, reward: float = 1.0) -> dict:
+    """`evaluate`'s summary of 64 episodes on 16 scripted environments."""
+    env = ScriptedEnv(fall_after, reward=reward, error=error)
+    return evaluate(env, lambda obs: torch.zeros(ENVS, 1), EPISODES)
+
+
+def g1_fell_every_episode() -> dict:
+    """Evaluation A: every episode ends with a fall after 28 steps; the lower error (0.40), the higher return."""
+    return _evaluation([28] * ENVS, error=0.40, reward=1.0)
+
+
+def g1_never_fell() -> dict:
+    """Evaluation B: no episode falls; the higher error (0.50), the lower return (100 steps x 0.1)."""
+    return _evaluation([None] * ENVS, error=0.50, reward=0.1)
+
+
+def test_the_scripted_g1_evaluations_are_what_the_case_says():
+    a, b = g1_fell_every_episode(), g1_never_fell()
+    assert early_terminations(a) == a["episodes_ended"] >= EPISODES and a["mean_episode_length"] == 28
+    assert early_terminations(b) == 0 and b["terminations"]["time_out"] >= EPISODES
+    assert a["metrics"]["lin_vel_error"] < b["metrics"]["lin_vel_error"]
+    assert a["mean_return"] > b["mean_return"]  # what model_best.pt compared alone
+
 
 # --- the rule ------------------------------------------------------------------------------------------------
 
@@ -75,3 +110,68 @@ def test_keeping_the_best_so_far_never_drifts_to_a_policy_that_falls_clearly_mor
 def test_no_value_ranks_last_within_its_step():
     assert rank_key(1e9, "minimize", [(0, 64)]) < rank_key(None, "minimize", [(0, 64)])
     assert rank_key(-1e9, "maximize", [(0, 64)]) < rank_key(float("nan"), "maximize", [(0, 64)])
+
+
+# --- train's model_best.pt -----------------------------------------------------------------------------------
+
+
+class _Actor(torch.nn.Module):
+    def forward(self, obs, stochastic_output=False):
+        return torch.zeros(obs.shape[0], 1)
+
+
+class _Runner:
+    """What PeriodicEvaluation uses of a FleetRunner: the policy, the device, and `save` (recorded here)."""
+
+    def __init__(self) -> None:
+        actor = _Actor()
+        self.alg = SimpleNamespace(get_policy=lambda: actor)
+        self.device = "cpu"
+        self.saved: list[dict] = []
+
+    def save(self, path, infos=None) -> None:
+        self.saved.append({"path": path, **(infos or {})})
+
+
+def _keep_best(tmp_path, envs: list[ScriptedEnv]) -> list[dict]:
+    """Periodic evaluations every iteration, one on each env in turn; the saves of model_best.pt."""
+    turn = iter(envs)
+    hook = PeriodicEvaluation(
+        lambda policy: evaluate(next(turn), policy, EPISODES), 1, SimpleNamespace(path=tmp_path)
+    )
+    runner = _Runner()
+    for done in range(1, len(envs) + 1):
+        hook(runner, done)
+    return runner.saved
+
+
+def _a() -> ScriptedEnv:
+    return ScriptedEnv([28] * ENVS, reward=1.0, error=0.40)
+
+
+def _b() -> ScriptedEnv:
+    return ScriptedEnv([None] * ENVS, reward=0.1, error=0.50)
+
+
+def test_model_best_keeps_the_policy_that_never_fell_when_the_one_that_fell_every_episode_came_first(
+    tmp_path,
+):
+    saved = _keep_best(tmp_path, [_a(), _b()])
+    assert len(saved) == 2 and saved[-1]["path"] == tmp_path / "model_best.pt"
+    assert early_terminations(saved[-1]["eval"]) == 0
+
+
+def test_model_best_keeps_the_policy_that_never_fell_when_it_came_first(tmp_path):
+    saved = _keep_best(tmp_path, [_b(), _a()])
+    assert len(saved) == 1  # A's higher return does not replace it
+    assert early_terminations(saved[0]["eval"]) == 0
+
+
+def test_model_best_records_the_rule_it_was_chosen_by(tmp_path):
+    (saved,) = _keep_best(tmp_path, [_b()])
+    assert "falls" in saved["chosen_by"] and "mean_return" in saved["chosen_by"]
+
+
+def test_model_best_still_follows_the_return_among_policies_that_fall_alike(tmp_path):
+    saved = _keep_best(tmp_path, [ScriptedEnv([None] * ENVS, reward=r) for r in (0.1, 0.3, 0.2)])
+    assert [s["eval"]["mean_return"] for s in saved] == pytest.approx([10.0, 30.0])
