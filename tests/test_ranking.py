@@ -1,6 +1,6 @@
 """Which evaluated policy is best (`mjfleet.ranking`): passing first, then falling least (in steps of 5 points of
-the early-ended share), then the objective; and train's model_best.pt (`PeriodicEvaluation`), which keeps the
-best periodic evaluation by it.
+the early-ended share), then the objective; and the places that keep a best policy by it: train's model_best.pt
+(`PeriodicEvaluation`) and scripts/time_to_threshold.py's `score` (--save-best).
 
 The G1 case that made the rule: at iteration 100 a G1 fell in 64 of 64 episodes within 28 steps and, because
 falling forward moves, had the lowest velocity error of its run; it was kept as best over later policies that
@@ -9,6 +9,9 @@ never fell. Summaries here are `mjfleet.evaluation.evaluate`'s own, run on a scr
 
 from __future__ import annotations
 
+import importlib.util
+import pathlib
+import sys
 from types import SimpleNamespace
 
 import pytest
@@ -19,8 +22,20 @@ from mjfleet.evaluation import early_terminations, evaluate
 from mjfleet.ranking import FALLS_STEP_PERCENT, rank_key
 from mjfleet.train.hooks import PeriodicEvaluation
 
+ROOT = pathlib.Path(__file__).resolve().parents[1]
 EPISODES = 64
 ENVS = 16
+
+
+def _time_to_threshold():
+    """scripts/time_to_threshold.py as a module (a script, not part of the package)."""
+    spec = importlib.util.spec_from_file_location(
+        "time_to_threshold", ROOT / "scripts" / "time_to_threshold.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("time_to_threshold", module)
+    spec.loader.exec_module(module)
+    return module
 
 
 def _evaluation(fall_after: list[int | None], error: float, reward: float = 1.0) -> dict:
@@ -112,6 +127,35 @@ def test_no_value_ranks_last_within_its_step():
     assert rank_key(-1e9, "maximize", [(0, 64)]) < rank_key(float("nan"), "maximize", [(0, 64)])
 
 
+# --- time_to_threshold --save-best ---------------------------------------------------------------------------
+
+# Two judges, as the GPU stage has them: a fixed forward command and random commands, at most 5 % falls each.
+THRESHOLDS = {"command": 0.15, "random": 0.25}
+
+
+def test_time_to_threshold_keeps_the_g1_that_never_fell_on_the_command_over_the_one_that_fell_every_time():
+    score = _time_to_threshold().score
+    fell_all = {"command": g1_fell_every_episode(), "random": g1_fell_every_episode()}
+    # B never falls under the forward command; on random commands two robots of 16 fall: neither A nor B is
+    # within the fall limit of the random judge
+    never_fell = {"command": g1_never_fell(), "random": _evaluation([50, 50] + [None] * 14, error=0.50)}
+    a = score(fell_all, THRESHOLDS, "lin_vel_error", True, 0.05)
+    b = score(never_fell, THRESHOLDS, "lin_vel_error", True, 0.05)
+    assert a.failing and b.failing
+    assert a.cost < b.cost  # A's error is the lower one ...
+    assert b < a  # ... and B is kept
+
+
+def test_time_to_threshold_passes_only_within_the_fall_limit_and_the_threshold_on_every_judge():
+    score = _time_to_threshold().score
+    good = _evaluation([None] * ENVS, error=0.10)
+    assert not score({"command": good, "random": good}, THRESHOLDS, "lin_vel_error", True, 0.05).failing
+    fell = _evaluation([28] * ENVS, error=0.10)
+    assert score({"command": good, "random": fell}, THRESHOLDS, "lin_vel_error", True, 0.05).failing
+    off = _evaluation([None] * ENVS, error=0.20)
+    assert score({"command": off, "random": good}, THRESHOLDS, "lin_vel_error", True, 0.05).failing
+
+
 # --- train's model_best.pt -----------------------------------------------------------------------------------
 
 
@@ -175,3 +219,35 @@ def test_model_best_records_the_rule_it_was_chosen_by(tmp_path):
 def test_model_best_still_follows_the_return_among_policies_that_fall_alike(tmp_path):
     saved = _keep_best(tmp_path, [ScriptedEnv([None] * ENVS, reward=r) for r in (0.1, 0.3, 0.2)])
     assert [s["eval"]["mean_return"] for s in saved] == pytest.approx([10.0, 30.0])
+
+
+class _SavingRunner:
+    """What save_best uses of a FleetRunner: `save` (a minimal playable checkpoint) and the counts."""
+
+    current_learning_iteration, env_steps = 100, 12800
+
+    def save(self, path) -> None:
+        torch.save({"algorithm": "ppo", "actor_state_dict": {}, "iter": 100, "infos": {}}, path)
+
+
+def test_save_best_records_the_kept_policys_falls_and_the_rule_that_chose_it(tmp_path):
+    import json
+
+    from mjfleet.deploy.pretrained import PROVENANCE
+    from mjfleet.ranking import RULE
+
+    script = _time_to_threshold()
+    results = {"command": g1_never_fell(), "random": _evaluation([50, 50] + [None] * 14, error=0.50)}
+    key = script.score(results, THRESHOLDS, "lin_vel_error", True, 0.05)
+    args = SimpleNamespace(
+        task="Humanoid-Velocity-Flat", device="cpu", seed=1, episodes=EPISODES, eval_envs=ENVS,
+        train_env=False, command=[0.5, 0.0, 0.0], metric="lin_vel_error", save_best=tmp_path,
+    )  # fmt: skip
+    script.save_best(args, _SavingRunner(), results, {}, 60.0, key)
+    chosen = json.loads((tmp_path / PROVENANCE).read_text())["chosen_by"]
+    assert chosen["rule"] == RULE and chosen["falls_step_percent"] == FALLS_STEP_PERCENT
+    assert chosen["passing"] is False
+    random_falls = results["random"]["terminations"]
+    assert chosen["ended_early"] == {"command": [0, results["command"]["episodes_ended"]],
+                                     "random": [random_falls["fell"], sum(random_falls.values())]}  # fmt: skip
+    assert chosen["worst_ratio_to_threshold"] == pytest.approx(0.50 / 0.15)
