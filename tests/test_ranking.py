@@ -1,6 +1,7 @@
 """Which evaluated policy is best (`mjfleet.ranking`): passing first, then falling least (in steps of 5 points of
 the early-ended share), then the objective; and the places that keep a best policy by it: train's model_best.pt
-(`PeriodicEvaluation`) and scripts/time_to_threshold.py's `score` (--save-best).
+(`PeriodicEvaluation`) and scripts/time_to_threshold.py's `score` (--save-best). The sweep's ranking is in
+tests/test_sweep.py.
 
 The G1 case that made the rule: at iteration 100 a G1 fell in 64 of 64 episodes within 28 steps and, because
 falling forward moves, had the lowest velocity error of its run; it was kept as best over later policies that
