@@ -18,8 +18,10 @@ velocity command with --command; --random-threshold judges random commands too, 
 `--env-set` changes the env settings of training and evaluation alike (a recipe question: `rewards.alive=0.5`).
 Training time counts `learn` only (not the evaluations); `--max-wall-minutes` bounds everything, from the start
 (imports, kernel compilation, evaluations). `--save-best DIR` keeps the best evaluated checkpoint as
-`play --pretrained` reads it (model.pt and pretrained.json: src/mjfleet/deploy/pretrained.py). On CPU the process
-uses one torch thread.
+`play --pretrained` reads it (model.pt and pretrained.json: src/mjfleet/deploy/pretrained.py). Best is
+`mjfleet.ranking`'s rule (`score`): passing first, then the worst judge's share of falls in steps of 5 points,
+then the worst judge's metric over its threshold; pretrained.json's "chosen_by" records the rule and the kept
+policy's falls. On CPU the process uses one torch thread.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import argparse
 import dataclasses
 import datetime
 import json
+import math
 import os
 import pathlib
 import shlex
@@ -41,6 +44,7 @@ import warp as wp
 
 from mjfleet.deploy.pretrained import write_pretrained
 from mjfleet.evaluation import early_terminations, evaluate, random_policy, zero_policy
+from mjfleet.ranking import FALLS_STEP_PERCENT, RULE, RankKey, ended_early, rank_key
 from mjfleet.rl import FleetRunner
 from mjfleet.runs.checkpoints import read_checkpoint
 from mjfleet.tasks import get_task
@@ -142,12 +146,35 @@ def commit() -> str:
     return found.stdout.strip() if found.returncode == 0 and found.stdout.strip() else "unknown"
 
 
+def score(
+    results: dict[str, dict],
+    thresholds: dict[str, float],
+    metric: str,
+    below: bool,
+    max_early_share: float | None,
+) -> RankKey:
+    """The evaluation by every judge (`results`, judge -> `evaluate`'s summary) as `mjfleet.ranking`'s key, smaller
+    is better: passing (every judge within `max_early_share` of falls and its threshold met) first, then the
+    worst judge's share of falls in steps of 5 points, then the worst judge's `metric` over its threshold."""
+    ratios, falls, falls_ok = [], [], True
+    for name, threshold in thresholds.items():
+        value = _value(results[name], metric)
+        ratios.append(value / threshold if below else threshold / max(value, 1e-9))
+        early, ended = ended_early(results[name]["terminations"])
+        falls.append((early, ended))
+        falls_ok &= max_early_share is None or early / max(ended, 1) <= max_early_share
+    worst = max(ratios)
+    return rank_key(worst, "minimize", falls, passing=falls_ok and worst <= 1.0)
+
+
 def summary(result: dict, metric: str) -> dict:
     """What a curve plots of one evaluation."""
+    early, ended = ended_early(result["terminations"])
     return {
         metric: _value(result, metric),
-        "falls": early_terminations(result),
+        "falls": early,
         "episodes_ended": result["episodes_ended"],
+        "ended_early_share": round(early / ended, 4) if ended else None,
         "mean_episode_length": result["mean_episode_length"],
         "mean_return": result["mean_return"],
     }
@@ -210,16 +237,6 @@ def run(args: argparse.Namespace) -> None:
         print(json.dumps(row), flush=True)
         return row
 
-    def score(results: dict) -> tuple[bool, float]:
-        """(not every judge within the falls share, the worst judge's metric over its threshold): lower is better."""
-        ratios, falls_ok = [], True
-        for name, (_, threshold) in judges.items():
-            value = _value(results[name], args.metric)
-            ratios.append(value / threshold if args.below else threshold / max(value, 1e-9))
-            share = early_terminations(results[name]) / max(results[name]["episodes_ended"], 1)
-            falls_ok &= args.max_early_share is None or share <= args.max_early_share
-        return (not falls_ok, max(ratios))
-
     baselines = {
         "zero": {k: judge(env, zero_policy) for k, (env, _) in judges.items()},
         "random": {k: judge(env, lambda e: random_policy(e, args.seed)) for k, (env, _) in judges.items()},
@@ -245,11 +262,12 @@ def run(args: argparse.Namespace) -> None:
         line("trained", results, iteration=runner.current_learning_iteration, env_steps=runner.env_steps,
              train_s=round(train_s, 1), train_min=round(train_s / 60, 2),
              wall_min=round((time.perf_counter() - START) / 60, 2))  # fmt: skip
-        key = score(results)
+        thresholds = {name: threshold for name, (_, threshold) in judges.items()}
+        key = score(results, thresholds, args.metric, args.below, args.max_early_share)
         if args.save_best is not None and (best is None or key < best):
             best = key
-            save_best(args, runner, results, baselines, train_s)
-        if not key[0] and key[1] <= 1.0:
+            save_best(args, runner, results, baselines, train_s, key)
+        if not key.failing:
             reached = True
             break
     print(json.dumps({"reached": reached, "threshold": args.threshold, "random_threshold": args.random_threshold,
@@ -257,8 +275,9 @@ def run(args: argparse.Namespace) -> None:
                       "wall_min": round((time.perf_counter() - START) / 60, 2)}), flush=True)  # fmt: skip
 
 
-def save_best(args, runner, results: dict, baselines: dict, train_s: float) -> None:
-    """The runner's policy as a pretrained folder in --save-best, with how it was made and judged."""
+def save_best(args, runner, results: dict, baselines: dict, train_s: float, key: RankKey) -> None:
+    """The runner's policy as a pretrained folder in --save-best, with how it was made, judged and chosen (`key`:
+    its `score`)."""
     with tempfile.TemporaryDirectory() as tmp:
         full = pathlib.Path(tmp) / "model.pt"
         runner.save(full)
@@ -279,6 +298,13 @@ def save_best(args, runner, results: dict, baselines: dict, train_s: float) -> N
             "command": args.command,
             "trained": {k: summary(r, args.metric) for k, r in results.items()},
             **{name: {k: summary(r, args.metric) for k, r in rs.items()} for name, rs in baselines.items()},
+        },
+        "chosen_by": {
+            "rule": RULE,
+            "falls_step_percent": FALLS_STEP_PERCENT,
+            "passing": not key.failing,
+            "ended_early": {k: list(ended_early(r["terminations"])) for k, r in results.items()},
+            "worst_ratio_to_threshold": key.cost if math.isfinite(key.cost) else None,
         },
     }
     write_pretrained(args.save_best, state, provenance)

@@ -19,6 +19,7 @@ import pytest
 from helpers import assert_one_line_usage_error
 
 from mjfleet.deploy.pretrained import CHECKPOINT, PROVENANCE, PROVENANCE_KEYS
+from mjfleet.ranking import RULE
 from mjfleet.runs.checkpoints import read_checkpoint
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -115,6 +116,8 @@ def test_the_best_checkpoint_is_a_pretrained_policy_with_its_provenance(stage):
     assert provenance["device"].startswith("CPU") and provenance["iteration"] in (1, 2)
     assert "--save-best" in provenance["training_command"]
     assert set(provenance["evaluation"]) >= {"trained", "zero", "random"}
+    assert provenance["chosen_by"]["rule"] == RULE  # kept by falls before error, and its falls per judge
+    assert set(provenance["chosen_by"]["ended_early"]) == {"command", "random"}
     assert set(provenance["play"]) >= {"command", "trained", "zero", "random"}
     state = read_checkpoint(best / CHECKPOINT)
     assert state["iter"] == provenance["iteration"] and state["infos"]["task"] == TASK

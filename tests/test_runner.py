@@ -201,16 +201,21 @@ def test_grad_sync_period_outside_one_to_the_minibatch_count_is_refused():
 
 def test_periodic_evaluation_logs_eval_rows_keeps_the_best_and_changes_nothing_in_training(tmp_path):
     from mjfleet.evaluation import evaluate
+    from mjfleet.ranking import ended_early, rank_key
     from mjfleet.train.hooks import PeriodicEvaluation
 
-    runs = []
+    runs, seen = [], []
     for with_eval in (True, False):
         runner, run_dir = _runner(tmp_path / str(with_eval), iterations_per_save=10)
         if with_eval:
             with torch.random.fork_rng():
                 spec, eval_cfg, _ = cartpole_configs(4, 8, episode_length_s=0.2)
                 eval_env = spec.make_env(eval_cfg)
-            evaluator = lambda policy, env=eval_env: evaluate(env, policy, 4)  # noqa: E731
+
+            def evaluator(policy, env=eval_env):
+                seen.append(evaluate(env, policy, 4))
+                return seen[-1]
+
             runner.hooks.evaluate = PeriodicEvaluation(evaluator, 2, run_dir)
         runner.learn(4)
         runner.close()
@@ -219,8 +224,14 @@ def test_periodic_evaluation_logs_eval_rows_keeps_the_best_and_changes_nothing_i
     rows = [json.loads(line) for line in run_dir.metrics_file.read_text().splitlines()]
     assert ["Eval/mean_return" in r for r in rows] == [False, True, False, True]
     assert all(0 < rows[i]["Eval/mean_episode_length"] <= 10 for i in (1, 3))
+    assert [rows[i]["Eval/mean_return"] for i in (1, 3)] == [r["mean_return"] for r in seen]
+    shares = [early / ended for early, ended in (ended_early(r["terminations"]) for r in seen)]
+    assert [rows[i]["Eval/ended_early_share"] for i in (1, 3)] == shares
     best = torch.load(run_dir.path / "model_best.pt", map_location="cpu", weights_only=True)
-    assert best["infos"]["eval"]["mean_return"] == max(rows[i]["Eval/mean_return"] for i in (1, 3))
+    # the best by mjfleet.ranking's rule: falls first, then the return
+    assert best["infos"]["eval"] == min(
+        seen, key=lambda r: rank_key(r["mean_return"], "maximize", [ended_early(r["terminations"])])
+    )
     assert [it for it, _ in run_dir.checkpoints()] == [4]  # model_best.pt is outside the numbered checkpoints
     for a, b in zip(evaluated.alg.trained, plain.alg.trained, strict=True):
         assert torch.equal(a, b)

@@ -14,6 +14,8 @@ from typing import Any
 
 import torch
 
+from mjfleet.ranking import ended_early
+
 Policy = Callable[[Any], torch.Tensor]
 BASELINES = ("zero", "random")
 METRIC_PREFIX = "Metrics/"
@@ -205,4 +207,4 @@ def _terminations(episode_sums: dict[str, torch.Tensor], ended: float, time_outs
 
 def early_terminations(result: dict[str, Any]) -> int:
     """Episodes of an `evaluate` result that ended before the time limit (falls, for a legged robot)."""
-    return sum(n for cause, n in result["terminations"].items() if cause != "time_out")
+    return ended_early(result["terminations"])[0]

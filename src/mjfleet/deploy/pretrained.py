@@ -3,8 +3,9 @@
 Each lives in src/mjfleet/pretrained/<Task>/ (a data folder inside the package, so an installed wheel has it too):
 
     model.pt          the checkpoint, less what only training needs (critic, optimiser, RNG states)
-    pretrained.json   how it was made (training command, device, date, commit, iteration, env steps) and how
-                      `play` judged it
+    pretrained.json   how it was made (training command, device, date, commit, iteration, env steps), how
+                      `play` judged it and, where it was kept as the best of several evaluations ("chosen_by",
+                      written by --save-best), the rule that chose it (`mjfleet.ranking`) and its falls
     policy.onnx, policy.json, model.xml   its `play --export`, where one was made
 
 `write_pretrained` makes such a folder from a checkpoint (scripts/time_to_threshold.py --save-best does).
@@ -24,7 +25,9 @@ CHECKPOINT = "model.pt"
 PROVENANCE = "pretrained.json"
 PROVENANCE_KEYS = ("task", "training_command", "device", "date", "commit", "iteration", "env_steps")
 """What pretrained.json must state: enough to make the policy again and to know what made it. An optional
-"trained_on" says what the policy was trained for where that is narrower than the task (play prints it)."""
+"trained_on" says what the policy was trained for where that is narrower than the task (play prints it); an optional
+"chosen_by" says how it was chosen among a run's evaluations: the rule (`mjfleet.ranking.RULE`), whether it passed,
+and the episodes that ended early (falls) of each judge's evaluation, as [early, ended]."""
 PLAY_KEYS = ("algorithm", "actor_state_dict", "rsl_rl_cfg", "iter", "env_steps", "infos", "agent_cfg")
 """The checkpoint entries `play` (and `play --export`) reads; the rest (critic, optimiser) only trains."""
 

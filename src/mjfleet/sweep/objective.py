@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 from mjfleet.errors import UsageError
-
-Direction = Literal["maximize", "minimize"]
+from mjfleet.ranking import Direction, ended_early
 
 TOP_LEVEL: dict[str, Direction] = {
     "mean_return": "maximize",
@@ -25,12 +24,6 @@ TOP_LEVEL: dict[str, Direction] = {
     "early_terminations": "minimize",
 }
 """eval.json's numbers that every task's evaluation reports, each with the direction that means better."""
-
-
-def ended_early(terminations: dict[str, int] | None) -> tuple[int, int]:
-    """(episodes ended before the time limit, episodes ended) from eval.json's `terminations` (cause -> count)."""
-    causes = terminations or {}
-    return sum(n for cause, n in causes.items() if cause != "time_out"), sum(causes.values())
 
 
 @dataclass(frozen=True)

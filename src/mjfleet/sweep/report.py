@@ -1,5 +1,6 @@
 """The sweep's report: each configuration judged over its seeds (IQM and a 95% bootstrap interval of the
-objective), ranked; its learning curves with confidence bands and the parameters' importances (report_plots.py).
+objective), ranked (falls first, then the IQM: `mjfleet.ranking`); its learning curves with confidence bands and
+the parameters' importances (report_plots.py).
 
 Written to <sweep dir>/report/: report.json (everything), report.md (the ranking as a table) and the plots.
 """
@@ -14,7 +15,8 @@ from typing import Any
 import numpy as np
 
 from mjfleet.atomic import write_text as atomic_write_text
-from mjfleet.sweep.objective import Objective, ended_early
+from mjfleet.ranking import FALLS_STEP_PERCENT, RULE, RankKey, ended_early, rank_key
+from mjfleet.sweep.objective import Objective
 from mjfleet.sweep.stats import iqm, stratified_bootstrap_ci
 
 
@@ -47,16 +49,30 @@ class ConfigResult:
             "ended_early": {str(k): list(v) for k, v in sorted(self.ended_early.items())},
         }  # fmt: skip
 
-    def ended_early_total(self) -> str:
-        """The "<early> of <ended>" count over the completed seeds' evaluations ("-" where none reported them)."""
+    def falls(self) -> tuple[int, int] | None:
+        """(episodes that ended early, episodes ended) over the completed seeds' evaluations; None where none
+        reported them."""
         if not self.ended_early:
+            return None
+        return sum(e for e, _ in self.ended_early.values()), sum(n for _, n in self.ended_early.values())
+
+    def ended_early_total(self) -> str:
+        """The falls as "<early> of <ended> (<share>)" over the completed seeds' evaluations ("-": not reported)."""
+        falls = self.falls()
+        if falls is None:
             return "-"
-        return f"{sum(e for e, _ in self.ended_early.values())} of {sum(n for _, n in self.ended_early.values())}"
+        early, ended = falls
+        return f"{early} of {ended}" + (f" ({100 * early / ended:.0f}%)" if ended else "")
+
+    def rank_key(self, objective: Objective) -> RankKey:
+        """`mjfleet.ranking`'s key: the seeds' falls together, in steps of 5 points, then the IQM."""
+        falls = self.falls()
+        return rank_key(self.iqm, objective.direction, [falls] if falls is not None else None)
 
 
 def collect(study: Any, objective: Objective) -> list[ConfigResult]:
-    """Every configuration of the study with its seeds' latest trials, ranked best first (those with no completed
-    seed last)."""
+    """Every configuration of the study with its seeds' latest trials, ranked best first by `mjfleet.ranking`'s
+    rule (falls first, in steps of 5 points; then the IQM) and those with no completed seed last."""
     from optuna.trial import TrialState
 
     trials = sorted(study.get_trials(deepcopy=False), key=lambda t: t.number)
@@ -82,8 +98,9 @@ def collect(study: Any, objective: Objective) -> list[ConfigResult]:
             scores = np.array(list(r.values.values()))
             r.iqm = iqm(scores)
             r.ci = stratified_bootstrap_ci(scores) if len(scores) > 1 else (r.iqm, r.iqm)
-    sign = -1.0 if objective.direction == "maximize" else 1.0
-    results.sort(key=lambda r: (r.iqm is None, sign * r.iqm if r.iqm is not None else 0.0, r.config))
+    # Configurations with no completed seed last; a configuration whose seeds fell clearly more never ranks above
+    # one whose seeds fell less, whatever the objective says (a falling robot can track a velocity "well").
+    results.sort(key=lambda r: (r.iqm is None, r.rank_key(objective), r.config))
     for rank, r in enumerate(results, 1):
         r.rank = rank
     return results
@@ -111,7 +128,7 @@ def write_report(study: Any, objective: Objective, sweep_dir: Path, command: str
         "importances": plot_importances(study, out / "importances.png"),
     }
     report = {
-        "objective": objective.name, "direction": objective.direction, "command": command,
+        "objective": objective.name, "direction": objective.direction, "command": command, "ranked_by": RULE,
         "configurations": [r.as_dict() for r in results], "plots": plots,
     }  # fmt: skip
     atomic_write_text(out / "report.json", json.dumps(report, indent=2) + "\n")
@@ -121,13 +138,16 @@ def write_report(study: Any, objective: Objective, sweep_dir: Path, command: str
 
 def ranking_table(results: list[ConfigResult], objective: Objective, command: str = "", plots=None) -> str:
     """The ranking as a markdown table: rank, IQM [95% CI], seeds completed, episodes that ended early over those
-    seeds' evaluations (falls), parameters, failures."""
+    seeds' evaluations (falls: "<early> of <ended> (<share>)", what the ranking compares first), parameters,
+    failures."""
     lines = []
     if command:
         lines += [f"Sweep: `{command}`", ""]
     better = "higher" if objective.direction == "maximize" else "lower"
     lines += [
         f"Objective: {objective.name} ({better} is better), IQM over seeds with a 95% bootstrap interval.",
+        f"Ranked by the share of episodes that ended early (falls) in steps of {FALLS_STEP_PERCENT} percentage "
+        "points, then by the IQM: a configuration that falls clearly more never ranks above one that falls less.",
         "",
     ]
     names = sorted({k for r in results for k in r.params})

@@ -15,8 +15,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from mjfleet.ranking import ended_early
 from mjfleet.signals import StopSignals
-from mjfleet.sweep.objective import ended_early
 from mjfleet.sweep.slots import Slot
 from mjfleet.sweep.study import TrialQueue
 from mjfleet.sweep.trial import Outcome, SweepSpec, TrialProcess

@@ -11,6 +11,7 @@ from typing import Any
 
 import torch
 
+from mjfleet.ranking import RULE, RankKey, ended_early, rank_key
 from mjfleet.rl.runner import FleetRunner, RunnerHooks
 from mjfleet.runs import Retention, RunDir
 
@@ -99,16 +100,25 @@ def export_policy(runner: FleetRunner, run_dir: RunDir, checkpoint: pathlib.Path
         actor.train(was_training)
 
 
+CHOSEN_BY = (
+    f"{RULE}; here nothing is passing (no threshold) and the objective is mean_return, higher is better"
+)
+"""How model_best.pt was chosen, as its infos["chosen_by"] says."""
+
+
 class PeriodicEvaluation:
     """Rank 0's `evaluate` hook: every `interval` iterations, the deterministic policy on environments of its own
     (`evaluator`: policy -> `mjfleet.evaluation.evaluate`'s summary); the best so far is kept as model_best.pt,
-    outside the checkpoint retention. Its random draws leave training's random stream as it was."""
+    outside the checkpoint retention. Best is `mjfleet.ranking`'s rule: the share of episodes that ended early
+    (falls) first, in steps of 5 points, then the mean return. Its random draws leave training's random stream as
+    it was."""
 
     def __init__(
         self, evaluator: Callable[[Callable], dict[str, Any]], interval: int, run_dir: RunDir | None
     ) -> None:
         self.evaluator, self.interval, self.run_dir = evaluator, interval, run_dir
-        self.best_return: float | None = None
+        self.best: RankKey | None = None
+        """The rank key of the evaluation kept as model_best.pt."""
 
     def __call__(self, runner: FleetRunner, done: int) -> dict[str, Any]:
         if self.interval <= 0 or done % self.interval:
@@ -137,8 +147,14 @@ class PeriodicEvaluation:
         mean_return = result["mean_return"]
         out = {"Eval/mean_return": mean_return, "Eval/mean_episode_length": result["mean_episode_length"]}
         out.update({f"Eval/{name}": value for name, value in result["metrics"].items()})
-        if mean_return is not None and (self.best_return is None or mean_return > self.best_return):
-            self.best_return = mean_return
+        early, ended = ended_early(result["terminations"])
+        out["Eval/ended_early_share"] = early / ended if ended else None  # what model_best.pt compares first
+        # No threshold to pass here: falls, then the return.
+        key = rank_key(mean_return, "maximize", [(early, ended)])
+        if mean_return is not None and (self.best is None or key < self.best):
+            self.best = key
             if self.run_dir is not None:
-                runner.save(self.run_dir.path / "model_best.pt", infos={"eval": result})
+                runner.save(
+                    self.run_dir.path / "model_best.pt", infos={"eval": result, "chosen_by": CHOSEN_BY}
+                )
         return out
