@@ -194,7 +194,7 @@ class Episode:
         self.reward_sums = {name: 0.0 for name, _, _ in self.x.rewards}
         self.action = np.zeros(self.x.meta["output"]["size"])
         self.last_action = np.zeros_like(self.action)
-        self.command_steps = 0
+        self.command_steps, self.command_limit = 0, 1 << 62
         self.draw_commands()
         self.last_xy: dict[str, np.ndarray] = {}  # body_speed_xy's positions at the previous policy step
         if self.foot:
@@ -205,18 +205,42 @@ class Episode:
             self.push_steps = self.draw_push_steps()
 
     def draw_commands(self) -> None:
+        self.heading = None  # (target, stiffness, yaw range) while this draw steers to a heading
         for name, c in (self.x.rules["commands"] or {}).items():
-            if self.fixed_command is not None:
+            fixed = self.fixed_command is not None
+            if fixed:
                 ranges, standing = [[v, v] for v in self.fixed_command], 0.0
             else:
                 ranges, standing = c["ranges"], c["standing_fraction"]
             new = np.array([self.rng.uniform(lo, hi) for lo, hi in ranges])
             if np.linalg.norm(new[:2]) < c["min_speed"]:
                 new[:2] = 0.0
-            if self.rng.uniform() < standing:
+            forward, heading = c.get("forward"), c.get("heading")
+            if forward and not fixed and self.rng.uniform() < forward["fraction"]:
+                new = np.array([max(abs(new[0]), forward["min_speed"]), 0.0, 0.0])
+            is_standing = self.rng.uniform() < standing
+            if is_standing:
                 new[:] = 0.0
+            elif heading and not fixed and self.rng.uniform() < heading["fraction"]:
+                self.heading = (self.rng.uniform(*heading["range"]), heading["stiffness"], ranges[2])
             self.commands[name] = new
+            if c.get("resampling_time_range_s") and not fixed:
+                low, high = c["resampling_time_range_s"]
+                self.command_limit = max(1, math.ceil(self.rng.uniform(low, high) / self.x.step_dt - 1e-6))
+            else:
+                self.command_limit = c["resampling_steps"]
+        self.update_heading()
         self.command_steps = 0
+
+    def update_heading(self) -> None:
+        """A heading-controlled draw's yaw rate: stiffness x the heading error, within the yaw range."""
+        if self.heading is None:
+            return
+        target, stiffness, (low, high) = self.heading
+        w, x, y, z = self.d.qpos[3:7]
+        yaw = math.atan2(2 * (w * z + x * y), 1 - 2 * (y * y + z * z))
+        error = (target - yaw + math.pi) % (2 * math.pi) - math.pi
+        self.commands["twist"][2] = min(max(stiffness * error, low), high)
 
     def draw_push_steps(self) -> int:
         lo, hi = (t / self.x.step_dt for t in self.push["interval_s"])
@@ -284,9 +308,13 @@ class Episode:
             return np.sin(d.qpos[s["index"]])
         if kind == "free_joint_lin_vel_body":  # qvel[0:3] of a free joint is the world-frame linear velocity
             a, v = s["qpos_adr"], s["dof_adr"]
-            return quat_rotate_inverse(d.qpos[a + 3 : a + 7], d.qvel[v : v + 3])
+            lin = quat_rotate_inverse(d.qpos[a + 3 : a + 7], d.qvel[v : v + 3])
+            if "offset" in s:  # the velocity of a point on the base (an IMU), in its frame
+                lin = lin + np.cross(d.qvel[v + 3 : v + 6], np.asarray(s["offset"]))
+            return quat_rotate_inverse(np.asarray(s["frame_quat"]), lin) if "frame_quat" in s else lin
         if kind == "free_joint_ang_vel_body":  # qvel[3:6] of a free joint is already in the body frame
-            return d.qvel[s["dof_adr"] + 3 : s["dof_adr"] + 6].copy()
+            ang = d.qvel[s["dof_adr"] + 3 : s["dof_adr"] + 6].copy()
+            return quat_rotate_inverse(np.asarray(s["frame_quat"]), ang) if "frame_quat" in s else ang
         if kind == "projected_gravity":
             a = s["qpos_adr"]
             return quat_rotate_inverse(d.qpos[a + 3 : a + 7], np.array([0.0, 0.0, -1.0]))
@@ -332,7 +360,16 @@ class Episode:
         if self.push:
             self.push_steps -= 1
             if self.push_steps <= 0:
-                d.qvel[0:2] += self.rng.uniform(-1, 1, 2) * self.push["velocity"]
+                if (
+                    "velocity_range" in self.push
+                ):  # world-frame linear and angular; the free joint spins in its body
+                    dv = self.rng.uniform(-1, 1, 6) * np.asarray(self.push["velocity_range"])
+                    rot = np.zeros(9)
+                    mujoco.mju_quat2Mat(rot, d.qpos[3:7])
+                    d.qvel[0:3] += dv[:3]
+                    d.qvel[3:6] += rot.reshape(3, 3).T @ dv[3:6]
+                else:
+                    d.qvel[0:2] += self.rng.uniform(-1, 1, 2) * self.push["velocity"]
                 self.push_steps = self.draw_push_steps()
         cause = self.termination(q)
         if cause is None and self.length >= x.max_steps:
@@ -353,13 +390,11 @@ class Episode:
         metrics = {k: float(np.nan_to_num(evaluate_expression(e, q))) for k, e in x.metrics.items()}
         self.ret += reward
         self.last_action = self.action
-        if self.command_steps >= self.resampling_steps():
+        if self.command_steps >= self.command_limit:
             self.draw_commands()
+        else:
+            self.update_heading()
         return reward, metrics, cause
-
-    def resampling_steps(self) -> int:
-        steps = [c["resampling_steps"] for c in (self.x.rules["commands"] or {}).values()]
-        return min(steps) if steps else 1 << 62
 
     def termination(self, q: dict) -> str | None:
         d = self.d
@@ -390,6 +425,8 @@ def perturbed_model(export: Export, condition: dict) -> mujoco.MjModel:
         m.geom_friction[condition["geoms"], 0] = condition["foot_friction"]
     if "added_mass" in condition:
         m.body_mass[condition["body"]] += condition["added_mass"]  # mass only, as training randomises it
+    if "com_offset" in condition:
+        m.body_ipos[condition["body"]] += condition["com_offset"]
     if "kp_scale" in condition:
         position = m.actuator_biastype == mujoco.mjtBias.mjBIAS_AFFINE
         m.actuator_gainprm[:, 0] *= condition["kp_scale"]
@@ -470,8 +507,14 @@ def conditions(export: Export) -> list[tuple[str, dict]]:
     if rand.get("added_mass"):
         a = rand["added_mass"]
         rows += [(f"added_base_mass={v:+g}kg", {"body": a["body"], "added_mass": v}) for v in a["range"]]
+    if rand.get("com_offset"):
+        c = rand["com_offset"]
+        rows += [(f"com_offset={sign:+g}x", {"body": c["body"], "com_offset": sign * np.asarray(c["half_range"])})
+                 for sign in (-1.0, 1.0)]  # fmt: skip
     if rand.get("push"):
-        rows.append((f"pushes={rand['push']['velocity']:g}m/s", {"push": rand["push"]}))
+        p = rand["push"]
+        size = f"{p['velocity']:g}m/s" if "velocity" in p else "6d"
+        rows.append((f"pushes={size}", {"push": p}))
     rows += [(f"actuator_gain_x{s:g}", {"kp_scale": s}) for s in (0.9, 1.1)]
     return rows
 

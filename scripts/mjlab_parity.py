@@ -230,6 +230,183 @@ def compare(robot: str, recording: pathlib.Path | str) -> dict:
     return report
 
 
+def compare_observations(robot: str, recording: pathlib.Path | str) -> dict:
+    """Every observation term of the actor and critic groups, mjlab's against mjfleet's on the states after each
+    recorded step (joint state, command, last action, encoder offsets, the feet's contacts, forces, air times and
+    heights fed as mjlab had them; noise off on both sides): {group: {term: largest difference}}."""
+    import numpy as np
+    import torch
+
+    from mjfleet.tasks import get_task
+    from mjfleet.tasks.locomotion.mdp import observations
+
+    data = np.load(recording)
+    steps, num_envs = data["post/qpos"].shape[:2]
+    spec = get_task(TASKS[robot])
+    cfg = spec.env_config()
+    cfg.num_envs = int(num_envs)
+    env = spec.make_env(cfg, "cpu")
+    env._actor_noise.zero_()
+    sizes = observations.observation_terms(env)
+    diffs: dict[str, dict[str, float]] = {"actor": {}, "critic": {}}
+
+    def post(key: str, t: int) -> torch.Tensor:
+        return torch.as_tensor(data[f"post/{key}"][t], dtype=torch.float32)
+
+    env.joint_pos_bias.copy_(torch.as_tensor(data["model/encoder_bias"], dtype=torch.float32))
+    for t in range(steps):
+        env.sim.qpos.copy_(post("qpos", t))
+        env.sim.qvel.copy_(post("qvel", t))
+        env.sim.forward()
+        env._update_base_state()
+        env.commands.copy_(post("command/twist", t))
+        env.last_actions.copy_(post("action", t))
+        gait, contact = env.gait, "contact/feet_ground_contact"
+        gait.in_contact.copy_(post(f"{contact}/found", t) > 0)
+        gait.force.copy_(post(f"{contact}/force", t))
+        gait.current_air_time.copy_(post(f"{contact}/current_air_time", t))
+        gait.pos_w[..., 2] = post("height/foot_height_scan/heights", t)
+        gait.pos_w[..., :2] = 0.0  # flat ground: the height is the frame's z
+        obs = observations.compute_observations(env)
+        for group in ("actor", "critic"):
+            column = 0
+            for name, size in sizes[group]:
+                ours = obs[group][:, column : column + size]
+                column += size
+                theirs = post(f"obs/{group}/{name}", t).reshape(ours.shape)
+                diff = float((ours - theirs).abs().max())
+                diffs[group][name] = max(diffs[group].get(name, 0.0), diff)
+    return diffs
+
+
+def compare_model(robot: str, recording: pathlib.Path | str) -> dict:
+    """The contact settings of every robot collision geom and the physics options, mjlab's model against
+    mjfleet's: a list of the differences (geom, field, mjlab's value, mjfleet's)."""
+    import numpy as np
+
+    from mjfleet.tasks import get_task
+
+    meta = json.loads(str(np.load(recording)["metadata"]))["model"]
+    spec = get_task(TASKS[robot])
+    cfg = spec.env_config()
+    cfg.num_envs = 1
+    env = spec.make_env(cfg, "cpu")
+    m = env.mj_model
+    ours = {m.geom(i).name: i for i in range(m.ngeom)}
+    differences = []
+    compared = 0
+    for j, full in enumerate(meta["geom_names"]):
+        name = _strip(full)
+        if not full.startswith("robot/") or not (meta["geom_contype"][j] or meta["geom_conaffinity"][j]):
+            continue
+        i = ours[name]
+        compared += 1
+        for field in ("geom_condim", "geom_priority", "geom_friction", "geom_solref", "geom_solimp",
+                      "geom_contype", "geom_conaffinity"):  # fmt: skip
+            theirs_v = np.asarray(
+                meta[field if field != "geom_friction" else "default_geom_friction"][j], float
+            )
+            ours_v = np.asarray(getattr(m, field)[i], float)
+            if not np.allclose(ours_v, theirs_v, rtol=1e-6, atol=1e-9):
+                differences.append([name, field, theirs_v.tolist(), ours_v.tolist()])
+    options = {k: float(getattr(m.opt, k)) for k in meta["opt"]}
+    option_differences = [[k, v, options[k]] for k, v in meta["opt"].items() if abs(v - options[k]) > 1e-9]
+    return {"robot": robot, "geoms_compared": compared, "geoms": differences, "options": option_differences}
+
+
+def _stats(x) -> dict:
+    """min, max, mean and std over the first axis (per column), as mjlab_record.py's distributions give them."""
+    import torch
+
+    x = torch.as_tensor(x, dtype=torch.float64)
+    return {
+        "min": x.amin(0).tolist(),
+        "max": x.amax(0).tolist(),
+        "mean": x.mean(0).tolist(),
+        "std": x.std(0).tolist(),
+    }
+
+
+def compare_distributions(
+    robot: str, distributions: pathlib.Path | str, num_envs: int = 512, rounds: int = 40
+) -> dict:
+    """mjfleet's command draws and randomisation events beside mjlab's (mjlab_record.py distributions): shares,
+    ranges and moments of `rounds` draws of `num_envs` environments each. Returns {quantity: {"mjlab", "mjfleet"}}."""
+    import torch
+
+    from mjfleet.tasks import get_task
+    from mjfleet.tasks.locomotion.math import quat_rotate
+    from mjfleet.tasks.locomotion.mdp import commands, events
+
+    theirs = json.loads(pathlib.Path(distributions).read_text())
+    spec = get_task(TASKS[robot])
+    cfg = spec.env_config()
+    cfg.num_envs = num_envs
+    torch.manual_seed(0)
+    env = spec.make_env(cfg, "cpu")
+    everyone = torch.ones(num_envs, dtype=torch.bool)
+    draws, heading, steps, pushes, push_steps, spawns = [], [], [], [], [], []
+    home_z = float(env.built.home_qpos[2])
+    for _ in range(rounds):
+        env.reset()  # a new heading for every robot, as mjlab's reset state
+        spawn = env.sim.qpos[:, :3] - env.env_origins
+        spawns.append(torch.cat((spawn[:, :2], spawn[:, 2:3] - home_z), dim=1))
+        commands.resample_commands(env, everyone)
+        draws.append(env.commands.clone())
+        heading.append(env.heading_command.clone())
+        steps.append(env.command_resample_steps.clone())
+        before = env.sim.qvel[:, :6].clone()
+        env._push_steps.fill_(1)
+        events.push_robots(env)
+        delta = env.sim.qvel[:, :6] - before
+        world_spin = quat_rotate(env.sim.qpos[:, 3:7], delta[:, 3:6])
+        pushes.append(torch.cat((delta[:, :3], world_spin), dim=1))
+        push_steps.append(events.draw_push_steps(env))
+    draws, heading = torch.cat(draws), torch.cat(heading)
+    standing = (draws == 0).all(dim=1)
+    forward = (draws[:, 1] == 0) & ~standing  # a uniform draw is never exactly 0: forward-only (or heading)
+    shares = theirs["command"]["shares"]
+    out = {
+        "standing share": {"mjlab": shares["is_standing_env"], "mjfleet": float(standing.float().mean())},
+        "heading share (not standing)": {
+            "mjlab": shares["is_heading_env"] - shares["standing_and_heading"],
+            "mjfleet": float(heading.float().mean()),
+        },
+        "forward share (not standing)": {
+            "mjlab": shares["is_forward_env"] - shares["standing_and_forward"],
+            "mjfleet": float(forward.float().mean()),
+        },
+        "command (vx, vy, wz)": {"mjlab": theirs["command"]["effective"], "mjfleet": _stats(draws)},
+        "resampling time (s)": {
+            "mjlab": theirs["command"]["resampling_time_s"],
+            "mjfleet": _stats(torch.cat(steps).float().unsqueeze(1) * env.step_dt),
+        },
+    }
+    ev = theirs["events"]
+    out["push velocity (x, y, z, roll, pitch, yaw)"] = {
+        "mjlab": ev["push_robot"]["velocity_delta"],
+        "mjfleet": _stats(torch.cat(pushes)),
+    }
+    out["push interval (s)"] = {
+        "mjlab": ev["push_robot"]["interval_s"],
+        "mjfleet": _stats(torch.cat(push_steps).float().unsqueeze(1) * env.step_dt),
+    }
+    out["reset offset (x, y, z over the keyframe)"] = {
+        "mjlab": ev["reset_base"]["xyz_offset"],
+        "mjfleet": _stats(torch.cat(spawns)),
+    }
+    out["centre-of-mass offset (m)"] = {
+        "mjlab": ev["base_com"]["per_axis"],
+        "mjfleet": _stats(env.com_offset),
+    }
+    friction = ev.get("foot_friction") or ev.get("foot_friction_slide")
+    out["foot friction (sliding)"] = {
+        "mjlab": {k: v[0] for k, v in friction["per_axis"].items() if k != "n"},
+        "mjfleet": {k: v[0] for k, v in _stats(env.foot_friction.unsqueeze(1)).items()},
+    }
+    return out
+
+
 def table(reports: list[dict]) -> str:
     """The comparison as markdown rows: robot, entry, mjlab's mean, mjfleet's mean, largest difference."""
     rows = [

@@ -326,6 +326,19 @@ def model_facts(env: ManagerBasedRlEnv, rec: Recorder) -> tuple[dict, dict[str, 
                                                          *per_env["model/geom_friction"].shape)).copy()  # fmt: skip
     facts["default_geom_friction"] = m.geom_friction.tolist()
     facts["default_body_ipos"] = m.body_ipos.tolist()
+    # the contact settings and physics options the model was compiled with (mjfleet compares its own)
+    for field in (
+        "geom_condim",
+        "geom_priority",
+        "geom_solref",
+        "geom_solimp",
+        "geom_contype",
+        "geom_conaffinity",
+    ):
+        facts[field] = getattr(m, field).tolist()
+    facts["opt"] = {name: float(getattr(m.opt, name)) for name in
+                    ("timestep", "iterations", "ls_iterations", "ccd_iterations", "cone", "impratio", "integrator",
+                     "solver", "noslip_iterations")}  # fmt: skip
     return facts, per_env
 
 

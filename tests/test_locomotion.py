@@ -223,8 +223,9 @@ def test_a_push_changes_the_base_velocity_and_rearms_the_timer(flat):
 
 def test_commands_resample_at_the_configured_interval(flat):
     _stand_at_home(flat)
-    interval = flat.command_resample_steps
-    assert interval == round(flat.cfg.commands.resampling_time_s / flat.step_dt) == 250
+    assert (flat.command_resample_steps == round(flat.cfg.commands.resampling_time_s / flat.step_dt)).all()
+    interval = int(flat.command_resample_steps[0])
+    assert interval == 250
     sentinel = torch.tensor([9.0, 9.0, 9.0])
     flat.commands[:] = sentinel
     for _ in range(interval - 1):
@@ -242,7 +243,7 @@ def test_the_step_that_redraws_commands_is_rewarded_against_the_command_the_poli
     _stand_at_home(flat)
     seen = torch.tensor([0.5, -0.2, 0.3])
     flat.commands[:] = seen
-    flat._command_steps.fill_(flat.command_resample_steps - 1)
+    flat._command_steps.copy_(flat.command_resample_steps - 1)
     flat._episode_sums.zero_()
     obs, _, dones, _ = flat.step(_zero_action(flat))
     assert not dones.any()

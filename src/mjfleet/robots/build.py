@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import pathlib
+import re
 
 import mujoco
 import numpy as np
@@ -108,6 +109,7 @@ def build_robot(description: RobotDescription) -> BuiltRobot:
             name="floor", type=mujoco.mjtGeom.mjGEOM_PLANE, size=[0, 0, 0.05], contype=1, conaffinity=1
         )
     _apply_collisions(spec, description, robot_collisions, [g for geoms in foot_geoms for g in geoms])
+    _apply_contact_settings(spec, description, robot_collisions, path.name)
     terminate = terminating_bodies(spec, description, path.name)
 
     model = _compile(spec, path)
@@ -231,6 +233,32 @@ def _apply_collisions(spec: mujoco.MjSpec, description: RobotDescription, robot:
     for geom in robot:
         keep = description.collisions == "no_self" or any(geom is f for f in feet)
         geom.contype, geom.conaffinity = 0, int(keep)
+
+
+def _apply_contact_settings(
+    spec: mujoco.MjSpec, description: RobotDescription, robot: list, mjcf: str
+) -> None:
+    """`description.contacts`: per setting (condim, friction, priority, solref, solimp), the value of the first
+    pattern that matches a collision geom's whole name; geoms no pattern matches keep the MJCF's. A pattern that
+    matches no collision geom is an error (a typo would silently change nothing)."""
+    names = [g.name for g in robot]
+    for setting, table in description.contacts.items():
+        for pattern in table:
+            if not any(re.fullmatch(pattern, n) for n in names if n):
+                raise UsageError(
+                    f"contacts[{setting!r}]: {pattern!r} matches no collision geom of {mjcf} "
+                    f"(its collision geoms: {', '.join(n for n in names if n) or 'none named'})"
+                )
+        for geom in robot:
+            value = next((v for p, v in table.items() if geom.name and re.fullmatch(p, geom.name)), None)
+            if value is None:
+                continue
+            if setting in ("condim", "priority"):
+                setattr(geom, setting, int(value))
+            else:
+                current = list(getattr(geom, setting))
+                given = [float(v) for v in (value if isinstance(value, (tuple, list)) else (value,))]
+                setattr(geom, setting, given + current[len(given) :])  # friction (1.0,): sliding only
 
 
 def _compile(spec: mujoco.MjSpec, path: pathlib.Path) -> mujoco.MjModel:

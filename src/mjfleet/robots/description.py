@@ -23,6 +23,7 @@ ACTION_SCALE_FACTOR = 0.25
 """Action scale = 0.25 x effort limit / kp per joint (mjlab 1.6's Unitree constants' GO1/G1_ACTION_SCALE)."""
 
 Collisions = Literal["all", "no_self", "feet_only"]
+CONTACT_SETTINGS = ("condim", "friction", "priority", "solref", "solimp")
 FootKind = Literal["site", "geom", "body"]
 
 
@@ -172,6 +173,10 @@ class RobotDescription:
     meets the floor but not the robot; feet_only: only the feet's geoms collide, with the floor alone."""
     action_scale: float | None = None
     """One scale for every joint's action; None: ACTION_SCALE_FACTOR x effort limit / kp per joint."""
+    imu_site: str | None = None
+    """The site of the IMU on the base body, whose velocities the observations give (mjlab's imu_lin_vel and
+    imu_ang_vel sensors, there): the base's velocities moved to the site and turned into its frame. None: the
+    base body's origin."""
     recipe: str | None = None
     """The velocity task's reward recipe this robot trains with, by name (tasks/locomotion/described_config.py:
     RECIPES: "legged", "go1", "g1"); None: "legged", the quadruped's terms, which need no body or joint names."""
@@ -179,7 +184,15 @@ class RobotDescription:
     """Recipe entry name -> weight (per second), over the recipe's own; a name the recipe lacks adds the reward term
     library's term of that name (a user's own `@reward_term` function, say)."""
     reward_params: Mapping[str, Mapping[str, object]] = dataclasses.field(default_factory=dict)
+    events: Mapping[str, object] = dataclasses.field(default_factory=dict)
+    """The velocity task's randomisation settings for this robot, by EventConfig field name, over the task's (e.g.
+    {"com_body": "torso_link"}: the body whose centre of mass is offset; {"added_trunk_mass": (-0.2, 0.4)})."""
     """Recipe entry name -> {parameter: value}, over the recipe's own (e.g. {"upright": {"body": "torso"}})."""
+    contacts: Mapping[str, Mapping[str, object]] = dataclasses.field(default_factory=dict)
+    """Contact settings of the collision geoms by name pattern: {"condim": {pattern: n}, "friction": {pattern:
+    (sliding, torsional, rolling) or (sliding,)}, "priority": {...}, "solref": {...}, "solimp": {...}}; per
+    setting the first pattern that matches a geom's whole name wins, geoms no pattern matches keep the MJCF's
+    (mjlab's CollisionCfg: e.g. the feet condim 3, every other geom condim 1)."""
     physics: Mapping[str, object] = dataclasses.field(default_factory=dict)
     """MuJoCo <option> settings over the task's own (tasks/locomotion/described.py: PHYSICS), by MjOption field
     name, e.g. {"cone": mujoco.mjtCone.mjCONE_ELLIPTIC, "impratio": 10.0}: what mjlab sets per robot task."""
@@ -192,6 +205,14 @@ class RobotDescription:
             object.__setattr__(self, field, tuple(value))
         object.__setattr__(self, "reward_weights", dict(self.reward_weights))
         object.__setattr__(self, "reward_params", {k: dict(v) for k, v in dict(self.reward_params).items()})
+        object.__setattr__(self, "events", dict(self.events))
+        object.__setattr__(self, "contacts", {k: dict(v) for k, v in dict(self.contacts).items()})
+        for setting, table in self.contacts.items():
+            if setting not in CONTACT_SETTINGS:
+                raise UsageError(
+                    f"contacts: {setting!r} is no contact setting (give {', '.join(CONTACT_SETTINGS)})"
+                )
+            _patterns(f"contacts[{setting!r}]", tuple(table) or ("",))
         object.__setattr__(self, "physics", dict(self.physics))
         _options("physics", self.physics)
         if not all(isinstance(g, ActuatorGroup) for g in self.actuators):

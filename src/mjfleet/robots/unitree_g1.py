@@ -65,6 +65,8 @@ HOME = HomePose(
     },
 )
 
+FEET = r"(left|right)_foot[1-7]_collision"
+
 UNITREE_G1 = RobotDescription(
     name="unitree-g1",
     fetched="unitree-g1",
@@ -80,5 +82,13 @@ UNITREE_G1 = RobotDescription(
     # mjlab's G1 ends episodes on orientation (fell_over), on no body's contact: none here either
     terminate_on_contact=(),
     collisions="all",  # g1_constants: FULL_COLLISION, self-collisions included, as mjlab's G1 trains
+    imu_site="imu_in_pelvis",  # the MJCF's imu_lin_vel and imu_ang_vel sensors are there (mjlab's observations)
     recipe="g1",  # mjlab 1.6's G1 velocity recipe (tasks/locomotion/described_config.py)
+    events={"com_body": "torso_link"},  # g1 env_cfgs.py: base_com on torso_link
+    # g1_constants FULL_COLLISION: the soles condim 3, priority 1, friction 0.6; every other collision geom condim 1
+    contacts={
+        "condim": {FEET: 3, ".*_collision": 1},
+        "priority": {FEET: 1},
+        "friction": {FEET: (0.6,)},
+    },
 )

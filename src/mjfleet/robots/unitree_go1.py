@@ -45,6 +45,8 @@ HOME = HomePose(
     },
 )
 
+FEET = r"[FR][LR]_foot_collision"
+
 UNITREE_GO1 = RobotDescription(
     name="unitree-go1",
     fetched="unitree-go1",
@@ -59,5 +61,14 @@ UNITREE_GO1 = RobotDescription(
     # thigh_ground_touch); on flat ground mjlab ends it on orientation instead, a task's choice
     terminate_on_contact=(".*_thigh",),
     collisions="all",  # go1_constants: FULL_COLLISION, the collision mjlab's Go1 trains with
+    imu_site="imu",  # the MJCF's imu_lin_vel and imu_ang_vel sensors are there (mjlab's observations)
     recipe="go1",  # mjlab 1.6's Go1 velocity recipe (tasks/locomotion/described_config.py)
+    # go1_constants FULL_COLLISION: every collision geom solref (0.01, 1); the feet condim 6, priority 1, friction
+    # (1, 5e-3, 5e-4); every other collision geom condim 1 (frictionless)
+    contacts={
+        "solref": {r".*_collision\d*": (0.01, 1.0)},
+        "condim": {FEET: 6, r".*_collision\d*": 1},
+        "priority": {FEET: 1},
+        "friction": {FEET: (1.0, 5e-3, 5e-4)},
+    },
 )

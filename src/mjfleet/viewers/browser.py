@@ -167,7 +167,10 @@ class BrowserViewer:
 
     def set_command(self, vx: float, vy: float, wz: float) -> None:
         """Command (vx, vy, wz) in every environment, now and at every later redraw."""
-        self.env.cfg.commands.fix(vx, vy, wz)
+        if hasattr(self.env, "fix_commands"):  # a built env's draw ranges follow its config there
+            self.env.fix_commands(vx, vy, wz)
+        else:
+            self.env.cfg.commands.fix(vx, vy, wz)
         value = self.env.commands.new_tensor([vx, vy, wz])
         if float(value[:2].norm()) < self.env.cfg.commands.min_speed:
             value[:2] = 0.0  # as the task's own draw would: too slow to walk

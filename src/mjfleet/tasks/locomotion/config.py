@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, fields
+from typing import Literal
 
 from mjfleet.envs import EnvConfig
 from mjfleet.envs.terms import Term
@@ -14,10 +16,13 @@ from mjfleet.tasks.locomotion.terrain import TerrainConfig
 
 @dataclass
 class CommandConfig:
-    """Planar velocity commands (base frame), drawn uniformly per environment and redrawn at a fixed interval."""
+    """Planar velocity commands (base frame), drawn uniformly per environment and redrawn at an interval; shares of
+    them standing still, forward only or heading-controlled (tasks/locomotion/mdp/commands.py)."""
 
     resampling_time_s: float = 5.0
-    """Every environment draws a new command this often (and at every reset)."""
+    """Every environment draws a new command this often (and at every reset), unless a range is given."""
+    resampling_time_range_s: tuple[float, float] | None = None
+    """Draw each environment's time to its next command uniformly in this range (s) instead (mjlab: 3-8)."""
     lin_vel_x: tuple[float, float] = (-1.0, 1.0)
     """Forward velocity range (m/s)."""
     lin_vel_y: tuple[float, float] = (-0.6, 0.6)
@@ -28,12 +33,27 @@ class CommandConfig:
     """Share of draws that command standing still (all zeros)."""
     min_speed: float = 0.1
     """Planar commands slower than this (m/s) are set to zero: too small to walk, they only blur the task."""
+    forward_fraction: float = 0.0
+    """Share of draws that walk straight ahead: vx = max(|vx|, forward_min_speed), no sideways or yaw command."""
+    forward_min_speed: float = 0.3
+    """The slowest forward-only command (m/s)."""
+    heading_fraction: float = 0.0
+    """Share of draws whose yaw rate steers to a random heading: heading_stiffness x the heading error, clipped to
+    ang_vel_z, at every step."""
+    heading_stiffness: float = 0.5
+    """Yaw rate per radian of heading error (1/s)."""
+    heading: tuple[float, float] = (-math.pi, math.pi)
+    """Range of the heading targets (rad, world frame)."""
+    velocity_stages: tuple[tuple[float, float, float, float, float], ...] = ()
+    """The velocity curriculum: (policy steps per environment, vx low, vx high, yaw-rate low, yaw-rate high), each
+    replacing the vx and yaw-rate ranges once training has taken that many steps (mjlab: iterations 5,000 and
+    10,000 of 24 steps)."""
 
     def fix(self, vx: float, vy: float, wz: float) -> None:
-        """Command (vx, vy, wz) in every episode, never standing still (e.g. to evaluate tracking); a planar
-        command slower than `min_speed` still becomes zero."""
+        """Command (vx, vy, wz) in every episode, never standing still, forward-only or heading-controlled (e.g.
+        to evaluate tracking); a planar command slower than `min_speed` still becomes zero."""
         self.lin_vel_x, self.lin_vel_y, self.ang_vel_z = (vx, vx), (vy, vy), (wz, wz)
-        self.standing_fraction = 0.0
+        self.standing_fraction = self.forward_fraction = self.heading_fraction = 0.0
 
 
 @dataclass
@@ -49,7 +69,9 @@ class NoiseConfig:
     height_scan: float = 0.1
     joint_pos_bias: float = 0.02
     """The `policy` group's encoder offsets (rad): one per environment and joint, drawn at each reset and held
-    for the episode, as a joint encoder's calibration error is."""
+    for the episode, as a joint encoder's calibration error is (the `mjlab` layout: the actor's too)."""
+    joint_pos_bias_per_episode: bool = True
+    """Draw the encoder offsets at every reset; False: once per environment, at start-up (mjlab's encoder_bias)."""
 
 
 @dataclass
@@ -88,10 +110,21 @@ class EventConfig:
     """Initial base position: uniform in +-this around the environment's origin (m); heading uniform."""
     spawn_height: float = 0.31
     """Initial trunk height above the ground under it (m): the keyframe's 0.285 plus a small drop."""
+    spawn_height_spread: float = 0.0
+    """The initial height is uniform in spawn_height +- this (m) (mjlab: 0.01-0.05 m above the keyframe)."""
     push_interval_s: tuple[float, float] = (10.0, 15.0)
     """Each environment is pushed after a random time in this range, then again after a new draw."""
     push_velocity: float = 0.5
     """A push adds uniform +-this (m/s) to the base's horizontal velocity; 0 disables pushes."""
+    push_velocity_range: tuple[float, float, float, float, float, float] | None = None
+    """A push adds uniform +-these to the base's world-frame velocity instead: x, y, z (m/s), roll, pitch, yaw
+    (rad/s) (mjlab's push_by_setting_velocity: 0.5, 0.5, 0.4, 0.52, 0.52, 0.78). None: horizontal pushes of
+    push_velocity."""
+    com_offset: tuple[float, float, float] | None = None
+    """Per-environment offset of `com_body`'s centre of mass, uniform in +-these (m, body frame), at start-up
+    (mjlab's body_com_offset: 0.025, 0.025, 0.03). None: the model's own."""
+    com_body: str | None = None
+    """The body whose centre of mass is offset; None: the trunk (the body whose mass is randomised)."""
 
 
 @dataclass
@@ -113,6 +146,11 @@ class LocomotionConfig(EnvConfig):
     """The joint-limit penalty starts at this fraction of each joint's range (about its middle)."""
     foot_contact_force: float = 1.0
     """A foot is in contact when its touch sensor reads more than this (N)."""
+    observation_layout: Literal["legged_gym", "mjlab"] = "legged_gym"
+    """The observation groups' terms and order. legged_gym: base velocities, gravity, command, joints, last action;
+    the critic adds foot contacts, foot friction, added mass and base height. mjlab (1.6's velocity task): base
+    velocities, gravity, joints (the actor's with the encoder offsets), last action, command; the critic adds the
+    feet's heights, air times, contacts and log-scaled contact forces (needs the gait sensors: described robots)."""
     only_positive_rewards: bool = True
     """Clip each step's total reward at 0 (legged_gym): with penalties outweighing tracking early in training,
     negative steps teach the policy to fall on purpose (episodes collapsed without it: docs/history/learning-experiments.md)."""
@@ -123,6 +161,9 @@ class LocomotionConfig(EnvConfig):
     rest of a bad episode's return takes that way out."""
     max_tilt: float = 1.2
     """Episodes terminate when the base tilts further than this from upright (rad), or the trunk touches ground."""
+    contact_terminations: bool = True
+    """A contact of the robot's terminating bodies (the trunk; a description's terminate_on_contact) ends the
+    episode; False: only the tilt does (mjlab's flat tasks: fell_over alone)."""
     commands: CommandConfig = field(default_factory=CommandConfig)
     noise: NoiseConfig = field(default_factory=NoiseConfig)
     height_scan: HeightScanConfig = field(default_factory=HeightScanConfig)
@@ -156,8 +197,10 @@ def play_settings(cfg: LocomotionConfig) -> None:
     The noise is off by its half-ranges, every one 0 (encoder offsets included), not by `noise.enabled`: eval.json's
     env_cfg then states the noise play ran with, and an `--env.noise.*` flag adds just the noise it names."""
     cfg.events.push_velocity = 0.0
+    cfg.events.push_velocity_range = None
     cfg.events.foot_friction = None
     cfg.events.added_trunk_mass = None
+    cfg.events.com_offset = None
     cfg.noise = NoiseConfig(**{f.name: 0.0 for f in fields(NoiseConfig) if f.name != "enabled"})
 
 

@@ -23,6 +23,29 @@ def trained_commands(env, trained_cfg: dict[str, Any] | None) -> dict[str, Any]:
     return {**dataclasses.asdict(env.cfg.commands), **((trained_cfg or {}).get("commands") or {})}
 
 
+def _command_shares(c: dict[str, Any], step_dt: float) -> dict[str, Any]:
+    """The command draw's further rules where the task uses them (tasks/locomotion/mdp/commands.py): a resampling
+    time drawn in a range, forward-only and heading-controlled shares, and the velocity curriculum's stages."""
+    rules: dict[str, Any] = {}
+    if c.get("resampling_time_range_s"):
+        low, high = c["resampling_time_range_s"]
+        rules["resampling_time_range_s"] = [float(low), float(high)]  # steps: ceil(time / step_dt)
+    if c.get("forward_fraction", 0.0) > 0:
+        rules["forward"] = {
+            "fraction": float(c["forward_fraction"]),
+            "min_speed": float(c["forward_min_speed"]),
+        }
+    if c.get("heading_fraction", 0.0) > 0:
+        rules["heading"] = {
+            "fraction": float(c["heading_fraction"]),
+            "stiffness": float(c["heading_stiffness"]),
+            "range": [float(v) for v in c["heading"]],
+        }
+    if c.get("velocity_stages"):
+        rules["velocity_stages"] = [[float(v) for v in stage] for stage in c["velocity_stages"]]
+    return rules
+
+
 def touch_sensor_contact_rules(env) -> dict[str, Any]:
     """How the quadruped's model says what touches: the feet by their touch sensors, the trunk and legs by any
     contact of their geoms (with the ground or each other)."""
@@ -88,7 +111,8 @@ def deployment_rules(
     ev = cfg.events
     nq_joints = qj.stop - qj.start
     # qpos: x, y around the origin; z fixed; the quaternion comes from the heading draw; joints around the default.
-    qpos_uniform = [[-ev.spawn_xy, ev.spawn_xy]] * 2 + [[ev.spawn_height, ev.spawn_height]] + [[1.0, 1.0]]
+    z = [ev.spawn_height - ev.spawn_height_spread, ev.spawn_height + ev.spawn_height_spread]
+    qpos_uniform = [[-ev.spawn_xy, ev.spawn_xy]] * 2 + [z] + [[1.0, 1.0]]
     qpos_uniform += [[0.0, 0.0]] * 3
     qpos_uniform += [[d - ev.joint_pos, d + ev.joint_pos] for d in default]
     qvel_uniform = [[-ev.base_lin_vel, ev.base_lin_vel]] * 3 + [[-ev.base_ang_vel, ev.base_ang_vel]] * 3
@@ -129,10 +153,26 @@ def deployment_rules(
     mass = trained_events.get("added_trunk_mass", ev.added_trunk_mass)
     push = trained_events.get("push_velocity", ev.push_velocity)
     push_interval = trained_events.get("push_interval_s", ev.push_interval_s)
+    push_range = trained_events.get("push_velocity_range", ev.push_velocity_range)
+    com = trained_events.get("com_offset", ev.com_offset)
+    com_body = trained_events.get("com_body", ev.com_body)
+    # an IMU site on the base: its point's velocity (offset, body frame) in its frame (frame_quat, w x y z)
+    imu = (
+        {}
+        if env._imu is None
+        else {"offset": float32_list(env._imu[0]), "frame_quat": float32_list(env._imu[1])}
+    )
+    imu_frame = {k: v for k, v in imu.items() if k == "frame_quat"}
+    push_rule = None
+    if push_range is not None:  # 6-D: world-frame x, y, z (m/s), roll, pitch, yaw (rad/s)
+        push_rule = {"velocity_range": [float(v) for v in push_range], "interval_s": list(push_interval)}
+    elif push:
+        push_rule = {"velocity": float(push), "interval_s": list(push_interval)}
+    com_id = env.trunk_body if com_body is None else env.mj_model.body(com_body).id
     return {
         "observations": [
-            {"name": "base_lin_vel", "kind": "free_joint_lin_vel_body", "qpos_adr": 0, "dof_adr": 0},
-            {"name": "base_ang_vel", "kind": "free_joint_ang_vel_body", "dof_adr": 0},
+            {"name": "base_lin_vel", "kind": "free_joint_lin_vel_body", "qpos_adr": 0, "dof_adr": 0, **imu},
+            {"name": "base_ang_vel", "kind": "free_joint_ang_vel_body", "dof_adr": 0, **imu_frame},
             {"name": "projected_gravity", "kind": "projected_gravity", "qpos_adr": 0},
             {"name": "command", "kind": "command", "command": "twist"},
             {"name": "joint_pos", "kind": "qpos", "index": list(range(qj.start, qj.stop)), "offset": default},
@@ -149,7 +189,11 @@ def deployment_rules(
         },
         "after_physics": [],
         "terminations": [
-            {"cause": "fell", **contacts["ends_episode"]},
+            {
+                "cause": "fell",
+                **contacts["ends_episode"],
+                **({} if cfg.contact_terminations else {"geoms": []}),
+            },
             {"cause": "fell", "kind": "tilt", "qpos_adr": 0, "max_angle": float(cfg.max_tilt)},
         ],
         "foot_contact": contacts["foot_contact"],
@@ -170,6 +214,7 @@ def deployment_rules(
                 "standing_fraction": float(c["standing_fraction"]),
                 "min_speed": float(c["min_speed"]),
                 "resampling_steps": max(1, round(c["resampling_time_s"] / env.step_dt)),  # as the env counts
+                **_command_shares(c, env.step_dt),
             }
         },
         "metrics": {
@@ -184,6 +229,9 @@ def deployment_rules(
             if friction is None
             else {"geoms": contacts["foot_geoms"], "range": list(friction)},
             "added_mass": None if mass is None else {"body": int(env.trunk_body), "range": list(mass)},
-            "push": None if not push else {"velocity": float(push), "interval_s": list(push_interval)},
+            "push": push_rule,
+            "com_offset": None
+            if com is None
+            else {"body": int(com_id), "half_range": [float(v) for v in com]},
         },
     }

@@ -32,6 +32,7 @@ PHYSICS = {
     "ls_iterations": 20,
     "integrator": mujoco.mjtIntegrator.mjINT_IMPLICITFAST,  # mjlab/sim/sim.py MujocoCfg default
     "solver": mujoco.mjtSolver.mjSOL_NEWTON,  # mjlab/sim/sim.py MujocoCfg default
+    "ccd_iterations": 50,  # mjlab go1 and g1 env_cfgs.py, flat: sim.mujoco.ccd_iterations 50
 }
 """Physics options set on every described robot's model (the MJCF's own <option> is overridden)."""
 NCONMAX = 64

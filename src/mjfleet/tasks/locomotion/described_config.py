@@ -8,6 +8,7 @@ setting, or mjfleet's term differs from mjlab's, the value is Quadruped-Velocity
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 from mjfleet.envs.terms import Term, with_overrides
@@ -22,9 +23,13 @@ from mjfleet.tasks.locomotion.config import (
 )
 from mjfleet.tasks.locomotion.recipes import mjlab_velocity_recipe, quadruped_recipe, weights
 
+MJLAB_VELOCITY_STAGES = ((5000 * 24, -1.5, 2.0, -0.7, 0.7), (10000 * 24, -2.0, 3.0, -0.7, 0.7))
+"""mjlab velocity's curriculum "command_vel": from iteration 5,000 (24 steps each) vx in [-1.5, 2] and yaw rate in
+[-0.7, 0.7], from 10,000 vx in [-2, 3]."""
 SPAWN_DROP_M = 0.03
-"""Episodes start this much above the home pose's base height: the middle of mjlab velocity's reset_base
-pose_range z, (0.01, 0.05) m."""
+SPAWN_DROP_SPREAD_M = 0.02
+"""Episodes start 0.03 +- 0.02 m above the home pose's base height: mjlab velocity's reset_base pose_range z,
+(0.01, 0.05) m."""
 
 
 def legged_recipe() -> dict[str, Term]:
@@ -94,6 +99,8 @@ def g1_recipe() -> dict[str, Term]:
 RECIPES = {"legged": legged_recipe, "go1": go1_recipe, "g1": g1_recipe}
 """The reward recipes a robot description may name (`RobotDescription.recipe`; default "legged")."""
 CLIPPED = {"legged"}
+MJLAB_RECIPES = {"go1", "g1"}
+"""Recipes from mjlab's flat tasks: their episodes end on orientation alone."""
 """Recipes whose step reward is clipped at 0 (the quadruped's rule: its penalties outweigh tracking early on);
 mjlab's recipes are not clipped."""
 
@@ -115,7 +122,7 @@ def velocity_flat_config(
     if only_positive_rewards is None:
         only_positive_rewards = rewards is None and (description.recipe or "legged") in CLIPPED
     rewards = description_recipe(description, rewards)
-    return LocomotionConfig(
+    cfg = LocomotionConfig(
         # mjlab velocity: decimation 4, episode_length_s 20.0, timestep 0.005 (set on the model: described.py)
         decimation=4,
         episode_length_s=20.0,
@@ -123,13 +130,22 @@ def velocity_flat_config(
         action_scale=0.25,
         scale_actions_by_servo=False,
         max_tilt=math.radians(70.0),  # mjlab go1: fell_over, bad_orientation limit_angle 70 degrees
+        # mjlab's flat tasks end episodes on orientation alone (the Go1's rough task adds illegal_contact on the
+        # thighs); a robot file's task ("legged") keeps the description's contact terminations
+        contact_terminations=(description.recipe or "legged") not in MJLAB_RECIPES,
         commands=CommandConfig(
-            # mjlab velocity: twist ranges and rel_standing_envs 0.1; it redraws every 3-8 s (uniform), mjfleet
-            # at a fixed interval: the quadruped's 5 s. No heading commands here (mjlab's rel_heading_envs 0.3).
+            # mjlab velocity: commands "twist" (UniformVelocityCommandCfg) and curriculum "command_vel"
             lin_vel_x=(-1.0, 1.0),
             lin_vel_y=(-1.0, 1.0),
             ang_vel_z=(-0.5, 0.5),
+            resampling_time_range_s=(3.0, 8.0),
             standing_fraction=0.1,
+            heading_fraction=0.3,
+            heading_stiffness=0.5,
+            forward_fraction=0.2,
+            forward_min_speed=0.3,
+            min_speed=0.0,  # mjlab keeps slow planar commands
+            velocity_stages=MJLAB_VELOCITY_STAGES,
         ),
         events=EventConfig(
             foot_friction=foot_friction,
@@ -141,19 +157,41 @@ def velocity_flat_config(
             base_ang_vel=0.0,
             spawn_xy=0.5,
             spawn_height=home.base_height + SPAWN_DROP_M,
-            # mjlab velocity: push_robot every 1-3 s, x and y velocity in +-0.5 m/s (mjlab also pushes z, roll,
-            # pitch and yaw; mjfleet's push is horizontal only)
+            spawn_height_spread=SPAWN_DROP_SPREAD_M,
+            # mjlab velocity: push_robot every 1-3 s, velocity_range x, y +-0.5 m/s, z +-0.4, roll, pitch +-0.52, yaw
+            # +-0.78 rad/s (push_by_setting_velocity)
             push_interval_s=(1.0, 3.0),
             push_velocity=0.5,
-            # added_trunk_mass: the quadruped's (-1, 2) kg on the base body (mjlab offsets the base's centre of
-            # mass instead)
+            push_velocity_range=(0.5, 0.5, 0.4, 0.52, 0.52, 0.78),
+            # mjlab velocity: base_com (body_com_offset, add) +-0.025, +-0.025, +-0.03 m on the robot's body (the
+            # description's events name it: the G1's torso, the Go1's trunk); no mass randomisation
+            added_trunk_mass=None,
+            com_offset=(0.025, 0.025, 0.03),
         ),
-        # mjlab velocity: base_lin_vel noise +-0.5 m/s and encoder_bias +-0.015 rad; the other noise ranges
-        # (ang_vel 0.2, gravity 0.05, joint_pos 0.01, joint_vel 1.5) are the quadruped's already
-        noise=NoiseConfig(lin_vel=0.5, joint_pos_bias=0.015),
+        # mjlab velocity: base_lin_vel noise +-0.5 m/s and encoder_bias +-0.015 rad, drawn at start-up; the other
+        # noise ranges (ang_vel 0.2, gravity 0.05, joint_pos 0.01, joint_vel 1.5) are the quadruped's already
+        noise=NoiseConfig(lin_vel=0.5, joint_pos_bias=0.015, joint_pos_bias_per_episode=False),
+        # mjlab velocity: observations, actor_terms and critic_terms (the actor's joint positions biased)
+        observation_layout="mjlab",
         rewards=rewards,
         only_positive_rewards=only_positive_rewards,
     )
+    cfg.events = with_event_settings(cfg.events, description)
+    return cfg
+
+
+def with_event_settings(events: EventConfig, description: RobotDescription) -> EventConfig:
+    """`events` with the description's own `events` settings over them, by EventConfig field name (a robot's
+    randomisation set once in its file)."""
+    known = {f.name for f in dataclasses.fields(EventConfig)}
+    unknown = sorted(set(description.events) - known)
+    if unknown:
+        raise UsageError(
+            f"{description.name}: events[{unknown[0]!r}]: no setting of the velocity task's events "
+            f"(its settings: {', '.join(sorted(known))})"
+        )
+    values = {k: tuple(v) if isinstance(v, list) else v for k, v in description.events.items()}
+    return dataclasses.replace(events, **values)
 
 
 def check_recipe_name(description: RobotDescription) -> None:

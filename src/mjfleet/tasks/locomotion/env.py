@@ -23,6 +23,7 @@ from mujoco_warp import OverflowType
 
 from mjfleet.envs import NAN_RESETS_KEY, MujocoVecEnv
 from mjfleet.envs.terms import Term, scaled
+from mjfleet.errors import UsageError
 from mjfleet.robots import BuiltRobot, RobotDescription, build_robot
 from mjfleet.robots.mjfleet_quadruped import MJFLEET_QUADRUPED
 from mjfleet.tasks.locomotion.config import LocomotionConfig
@@ -58,7 +59,7 @@ class LocomotionEnv(MujocoVecEnv):
         "joint position targets (rad) of the position servos, in joint_names order: "
         "target = default_joint_pos + action_scale * action, action_scale per joint (the offset is the default pose)"
     )
-    per_env_model_fields = ("geom_friction", "body_mass")
+    per_env_model_fields = ("geom_friction", "body_mass", "body_ipos")
     # The constraint solver or its line search stopping at an iteration limit is not a buffer overflow: the step is
     # still taken (a slightly less converged constraint solve). Printing it on every occurrence flooded the console
     # during training (the solver's limit: on rough ground, 72 lines in the first 40 iterations at 4,096 worlds on
@@ -141,8 +142,14 @@ class LocomotionEnv(MujocoVecEnv):
 
         # Task state.
         self.commands = torch.zeros(n, 3, device=dev)
+        self.command_ranges = commands.command_ranges(cfg).to(dev)
+        """(3, 2): the (low, high) commands are drawn from (vx, vy, yaw rate), widened by the velocity curriculum."""
         self._command_steps = torch.zeros(n, dtype=torch.long, device=dev)
-        self.command_resample_steps = max(1, round(cfg.commands.resampling_time_s / self.step_dt))
+        self.command_resample_steps = commands.draw_resample_steps(self)
+        """Policy steps from each environment's last draw to its next."""
+        self.heading_command = torch.zeros(n, dtype=torch.bool, device=dev)
+        """The environments whose yaw rate steers to `heading_target` (rad, world frame) at every step."""
+        self.heading_target = torch.zeros(n, device=dev)
         self._push_steps = events.draw_push_steps(self)
         nfeet = len(self.feet)
         self.feet_air_time = torch.zeros(n, nfeet, device=dev)
@@ -155,6 +162,7 @@ class LocomotionEnv(MujocoVecEnv):
         self._mean_base_vel = torch.zeros(3, device=dev)
         self.base_lin_vel = torch.zeros(n, 3, device=dev)
         self.base_ang_vel = torch.zeros(n, 3, device=dev)
+        self.imu_lin_vel, self.imu_ang_vel = self.base_lin_vel, self.base_ang_vel
         self.gravity_b = torch.zeros(n, 3, device=dev)
         self._root_xy = torch.zeros(n, 2, device=dev)
 
@@ -164,7 +172,10 @@ class LocomotionEnv(MujocoVecEnv):
         )
         """The height scan's grid (P, 2) in the base-heading frame; None without a scan."""
         self.joint_pos_bias = torch.zeros_like(self.default_joint_pos).expand(n, -1).clone()
-        """The `policy` group's encoder offsets, drawn per environment at each reset."""
+        """The encoder offsets (the `policy` group's; the mjlab layout's actor's too), drawn per environment at each
+        reset, or once at start-up (`noise.joint_pos_bias_per_episode`)."""
+        if not cfg.noise.joint_pos_bias_per_episode:
+            events.draw_encoder_offsets(self, torch.ones(n, 1, dtype=torch.bool, device=dev))
         events.randomize_physics(self)
         self._actor_noise = observations.actor_noise_scale(self)
         self._policy_noise = observations.actor_noise_scale(self, deployable=True)
@@ -186,6 +197,18 @@ class LocomotionEnv(MujocoVecEnv):
         """Per joint (rad per unit action): targets = default_joint_pos + joint_action_scale * action."""
 
         self.feet = self.robot.feet
+        self._imu = None
+        """(site position, site orientation) in the base frame of the description's IMU site, or None."""
+        if self.robot.imu_site is not None:
+            site = m.site(self.robot.imu_site)
+            if m.site_bodyid[site.id] != b.base_body_id:
+                raise UsageError(
+                    f"{self.robot.name}: imu_site {self.robot.imu_site!r} is not on the base body"
+                )
+            self._imu = (
+                torch.tensor(m.site_pos[site.id], dtype=torch.float32, device=dev),
+                torch.tensor(m.site_quat[site.id], dtype=torch.float32, device=dev),
+            )
         self.trunk_body = b.base_body_id if self.trunk is None else m.body(self.trunk).id
         self._setup_contact_geoms(robot_collision_geoms(m))
 
@@ -241,6 +264,14 @@ class LocomotionEnv(MujocoVecEnv):
         self.base_lin_vel = quat_rotate_inverse(quat, self.sim.qvel[:, 0:3])
         self.base_ang_vel = self.sim.qvel[:, 3:6].clone()
         self.gravity_b = projected_gravity(quat)
+        if self._imu is None:
+            self.imu_lin_vel, self.imu_ang_vel = self.base_lin_vel, self.base_ang_vel
+        else:  # what an IMU on the base measures: the velocity of its point, in its frame
+            offset, frame = self._imu
+            n = self.num_envs
+            at_site = self.base_lin_vel + torch.cross(self.base_ang_vel, offset.expand(n, 3), dim=1)
+            self.imu_lin_vel = quat_rotate_inverse(frame.expand(n, 4), at_site)
+            self.imu_ang_vel = quat_rotate_inverse(frame.expand(n, 4), self.base_ang_vel)
 
     def _update_contacts(self) -> None:
         """Contacts per (world, geom) from the pooled contact list, and foot contact from the touch sensors."""
@@ -280,7 +311,7 @@ class LocomotionEnv(MujocoVecEnv):
         # waits for `before_observations`: this step's reward and curriculum judge the command the policy saw).
         self._command_steps += 1
 
-        if cfg.events.push_velocity > 0:
+        if cfg.events.push_velocity > 0 or cfg.events.push_velocity_range is not None:
             events.push_robots(self)
 
         self._root_xy.copy_(self.sim.qpos[:, 0:2])
@@ -288,6 +319,21 @@ class LocomotionEnv(MujocoVecEnv):
             # Walking off the map ends the episode as a time-out (the policy did nothing wrong).
             off_map = ((self._root_xy < self._map_low) | (self._root_xy > self._map_high)).any(dim=1)
             self.episode_length_buf.masked_fill_(off_map, self.max_episode_length)
+
+    def fix_commands(self, vx: float, vy: float, wz: float) -> None:
+        """Command (vx, vy, wz) at every later draw (`CommandConfig.fix`), in a built environment: its draw ranges
+        too, and no heading control from now on."""
+        self.cfg.commands.fix(vx, vy, wz)
+        self.command_ranges.copy_(commands.command_ranges(self.cfg))
+        self.heading_command.zero_()
+
+    def set_training_progress(self, steps_per_env: int) -> dict[str, float]:
+        log = super().set_training_progress(steps_per_env)
+        if self.cfg.commands.velocity_stages:
+            ranges = commands.command_ranges(self.cfg, steps_per_env)
+            self.command_ranges.copy_(ranges)  # in place: a recorded step graph reads this buffer
+            log["Train/command_lin_vel_x_max"] = float(ranges[0, 1])
+        return log
 
     def before_observations(self) -> None:
         commands.resample_due_commands(self)
@@ -308,8 +354,10 @@ class LocomotionEnv(MujocoVecEnv):
 
     # ----------------------------------------------------------- terminations
     def compute_terminations(self) -> torch.Tensor:
-        trunk_contact = (self.contact_counts[:, self.base_geoms] > 0).any(dim=1)
         tilted = self.gravity_b[:, 2] > -math.cos(self.cfg.max_tilt)
+        if not self.cfg.contact_terminations:
+            return tilted
+        trunk_contact = (self.contact_counts[:, self.base_geoms] > 0).any(dim=1)
         return trunk_contact | tilted
 
     # ----------------------------------------------------------------- resets
@@ -321,7 +369,8 @@ class LocomotionEnv(MujocoVecEnv):
     def on_reset(self, mask: torch.Tensor) -> None:
         commands.resample_commands(self, mask)
         m = mask.unsqueeze(1)
-        events.draw_encoder_offsets(self, m)
+        if self.cfg.noise.joint_pos_bias_per_episode:
+            events.draw_encoder_offsets(self, m)
         self.feet_air_time.masked_fill_(m, 0.0)
         self._touchdown_air_time.masked_fill_(m, 0.0)
         self.foot_contact.masked_fill_(m, False)

@@ -1,34 +1,93 @@
-"""Velocity commands (vx, vy, yaw rate; base frame): drawn per environment at reset and at a fixed interval."""
+"""Velocity commands (vx, vy, yaw rate; base frame): drawn per environment at reset and when its resampling time
+runs out, then held, except where heading control or standing still rewrites them at every step.
+
+The draw: each column uniform in its range; planar speeds below `min_speed` set to zero; a share of forward-only
+commands (vx = max(|vx|, forward_min_speed), no sideways or yaw); a share of heading-controlled environments, whose
+yaw rate is `heading_stiffness` x the error to a random heading target, clipped to the yaw range, at every step; a
+share standing still (all zeros, whatever else was drawn). The resampling time is fixed, or uniform in a range
+(mjlab 1.6's UniformVelocityCommand: 3-8 s, 10 % standing, 30 % heading control at stiffness 0.5, 20 % forward).
+The ranges live in a tensor (`env.command_ranges`), which `velocity_stages` widens as training goes on (mjlab's
+velocity curriculum), in place, so that a recorded CUDA-graph step draws from the new ranges.
+"""
 
 from __future__ import annotations
 
+import math
+
 import torch
 
-from mjfleet.tasks.locomotion.math import uniform_range
+from mjfleet.tasks.locomotion.math import uniform_range, yaw_from_quat
+
+
+def wrap_to_pi(angle: torch.Tensor) -> torch.Tensor:
+    return torch.remainder(angle + math.pi, 2 * math.pi) - math.pi
+
+
+def draw_resample_steps(env) -> torch.Tensor:
+    """Policy steps until each environment's next draw (callers pick with a mask): fixed, or uniform in the
+    configured range of seconds, counted up to the step at which that much time has passed."""
+    c = env.cfg.commands
+    low, high = c.resampling_time_range_s or (c.resampling_time_s, c.resampling_time_s)
+    seconds = low + torch.rand(env.num_envs, device=env.device) * (high - low)
+    if c.resampling_time_range_s is None:
+        return torch.full_like(seconds, max(1, round(low / env.step_dt)), dtype=torch.long)
+    return torch.ceil(seconds / env.step_dt - 1e-6).long().clamp(min=1)
 
 
 def resample_commands(env, mask: torch.Tensor) -> None:
-    """Draw new commands for the environments in `mask`: uniform in the configured ranges, a share standing
-    still, planar speeds below `min_speed` set to zero."""
+    """Draw new commands for the environments in `mask` (see the module docstring)."""
     c, n, dev = env.cfg.commands, env.num_envs, env.device
-    new = torch.stack(
-        (
-            uniform_range((n,), c.lin_vel_x, dev),
-            uniform_range((n,), c.lin_vel_y, dev),
-            uniform_range((n,), c.ang_vel_z, dev),
-        ),
-        dim=1,
-    )
-    standing = torch.rand(n, device=dev) < c.standing_fraction
+    low, high = (
+        env.command_ranges[:, 0],
+        env.command_ranges[:, 1],
+    )  # tensors: the curriculum widens them in place
+    new = low + torch.rand(n, 3, device=dev) * (high - low)
     new[:, :2] *= (new[:, :2].norm(dim=1, keepdim=True) >= c.min_speed).float()
+    if c.forward_fraction > 0:
+        forward = (torch.rand(n, device=dev) < c.forward_fraction).unsqueeze(1)
+        only_x = torch.cat(
+            (new[:, :1].abs().clamp(min=c.forward_min_speed), torch.zeros_like(new[:, 1:])), dim=1
+        )
+        new = torch.where(forward, only_x, new)
+    standing = torch.rand(n, device=dev) < c.standing_fraction
     new *= (~standing).float().unsqueeze(1)
     env.commands.copy_(torch.where(mask.unsqueeze(1), new, env.commands))
+    if c.heading_fraction > 0:  # a standing environment stands, heading or not
+        heading = uniform_range((n,), c.heading, dev)
+        env.heading_target.copy_(torch.where(mask, heading, env.heading_target))
+        controlled = (torch.rand(n, device=dev) < c.heading_fraction) & ~standing
+        env.heading_command.copy_(torch.where(mask, controlled, env.heading_command))
     env._command_steps.masked_fill_(mask, 0)
+    env.command_resample_steps.copy_(torch.where(mask, draw_resample_steps(env), env.command_resample_steps))
+    update_commands(env)
+
+
+def update_commands(env) -> None:
+    """The rewrite at every step: the heading-controlled environments' yaw rate from their heading error."""
+    c = env.cfg.commands
+    if c.heading_fraction > 0:
+        error = wrap_to_pi(env.heading_target - yaw_from_quat(env.sim.qpos[:, 3:7]))
+        yaw = torch.maximum(
+            torch.minimum(c.heading_stiffness * error, env.command_ranges[2, 1]), env.command_ranges[2, 0]
+        )
+        env.commands[:, 2] = torch.where(env.heading_command, yaw, env.commands[:, 2])
+
+
+def command_ranges(cfg, steps_per_env: int = 0) -> torch.Tensor:
+    """(3, 2): the (low, high) of vx, vy and the yaw rate after `steps_per_env` policy steps of training: the
+    configured ranges, widened by each `velocity_stages` entry whose step has passed (mjlab's commands_vel)."""
+    c = cfg.commands
+    ranges = [list(c.lin_vel_x), list(c.lin_vel_y), list(c.ang_vel_z)]
+    for step, vx_low, vx_high, wz_low, wz_high in sorted(c.velocity_stages):
+        if steps_per_env >= step:
+            ranges[0], ranges[2] = [vx_low, vx_high], [wz_low, wz_high]
+    return torch.tensor(ranges, dtype=torch.float32)
 
 
 def resample_due_commands(env) -> None:
-    """Redraw the commands of the environments whose resampling interval has run out."""
-    resample_commands(env, env._command_steps >= env.command_resample_steps)
+    """Redraw the commands of the environments whose resampling time has run out; rewrite the others'."""
+    due = env._command_steps >= env.command_resample_steps
+    resample_commands(env, due)
 
 
 def update_tracking_metrics(env) -> None:

@@ -8,7 +8,19 @@ import math
 import torch
 
 from mjfleet.errors import UsageError
-from mjfleet.tasks.locomotion.math import quat_from_yaw, uniform, uniform_range
+from mjfleet.tasks.locomotion.math import quat_from_yaw, quat_rotate_inverse, uniform, uniform_range
+
+
+def check_com_body(model, ev, prefix: str = "") -> None:
+    """A UsageError naming the field when `com_body` names no body of the model."""
+    if ev.com_body is None or ev.com_offset is None:
+        return
+    names = [model.body(i).name for i in range(1, model.nbody)]
+    if ev.com_body not in names:
+        raise UsageError(
+            f"{prefix}env.events.com_body = {ev.com_body!r}: no body of this robot by that name (its bodies: "
+            f"{', '.join(names)})"
+        )
 
 
 def check_added_mass(model, body: int, added: tuple[float, float] | None, prefix: str = "") -> None:
@@ -42,7 +54,14 @@ def randomize_physics(env) -> None:
         env.added_mass = uniform_range((n,), ev.added_trunk_mass, dev)
     mass = env.sim.model_view("body_mass")  # (n, nbody)
     mass[:, env.trunk_body] += env.added_mass
-    env.sim.set_constants()  # the subtree masses and inverse weights of each world's heavier or lighter trunk
+    if ev.com_offset is not None:
+        body = env.trunk_body if ev.com_body is None else env.mj_model.body(ev.com_body).id
+        half = torch.tensor(ev.com_offset, dtype=torch.float32, device=dev)
+        env.com_offset = (torch.rand(n, 3, device=dev) * 2 - 1) * half
+        env.sim.model_view("body_ipos")[:, body] += env.com_offset
+    else:
+        env.com_offset = torch.zeros(n, 3, device=dev)
+    env.sim.set_constants()  # the subtree masses, centres and inverse weights of each world's trunk
 
 
 def draw_encoder_offsets(env, mask: torch.Tensor) -> None:
@@ -62,12 +81,21 @@ def draw_push_steps(env) -> torch.Tensor:
 
 
 def push_robots(env) -> None:
-    """Add a random horizontal velocity to the base of the environments whose push timer runs out."""
+    """Add a random velocity to the base of the environments whose push timer runs out: horizontal
+    (`push_velocity`), or in all six world-frame directions (`push_velocity_range`; the angular part enters the
+    free joint's body-frame velocity rotated)."""
+    ev = env.cfg.events
     env._push_steps -= 1
-    push = env._push_steps <= 0
-    dv = (torch.rand(env.num_envs, 2, device=env.device) * 2 - 1) * env.cfg.events.push_velocity
-    env.sim.qvel[:, 0:2] += dv * push.unsqueeze(1)
-    env._push_steps.copy_(torch.where(push, draw_push_steps(env), env._push_steps))
+    push = (env._push_steps <= 0).unsqueeze(1)
+    if ev.push_velocity_range is None:
+        dv = (torch.rand(env.num_envs, 2, device=env.device) * 2 - 1) * ev.push_velocity
+        env.sim.qvel[:, 0:2] += dv * push
+    else:
+        half = torch.tensor(ev.push_velocity_range, dtype=torch.float32, device=env.device)
+        dv = (torch.rand(env.num_envs, 6, device=env.device) * 2 - 1) * half
+        spin = quat_rotate_inverse(env.sim.qpos[:, 3:7], dv[:, 3:6])
+        env.sim.qvel[:, 0:6] += torch.cat((dv[:, :3], spin), dim=1) * push
+    env._push_steps.copy_(torch.where(push.squeeze(1), draw_push_steps(env), env._push_steps))
 
 
 def reset_robot_state(env, mask: torch.Tensor) -> None:
@@ -87,7 +115,8 @@ def reset_robot_state(env, mask: torch.Tensor) -> None:
     nj = len(env.joint_names)
     joints = env.default_joint_pos + uniform((n, nj), ev.joint_pos, dev)
     joints = torch.maximum(torch.minimum(joints, env.joint_upper), env.joint_lower)
-    qpos = torch.cat((xy, (ground + ev.spawn_height).unsqueeze(1), quat_from_yaw(yaw), joints), dim=1)
+    height = ground + ev.spawn_height + uniform((n,), ev.spawn_height_spread, dev)
+    qpos = torch.cat((xy, height.unsqueeze(1), quat_from_yaw(yaw), joints), dim=1)
     qvel = torch.cat(
         (
             uniform((n, 3), ev.base_lin_vel, dev),

@@ -19,30 +19,64 @@ from mjfleet.tasks.locomotion.math import yaw_from_quat
 def proprio_terms(env, nz=None) -> list[tuple[str, torch.Tensor, float]]:
     """The proprioceptive observation terms in order: (name, value, the half-range of the uniform noise the actor
     sees on it (0: exact)). The observations, their names and the noise vector are all built from this list.
-    `nz`: the noise settings whose half-ranges to give (default the env's own; an export states training's)."""
+    `nz`: the noise settings whose half-ranges to give (default the env's own; an export states training's).
+    The order is the config's `observation_layout`'s."""
     nz, qpos, qvel = nz or env.cfg.noise, env.sim.qpos, env.sim.qvel
-    return [
-        ("base_lin_vel", env.base_lin_vel, nz.lin_vel),
-        ("base_ang_vel", env.base_ang_vel, nz.ang_vel),
-        ("projected_gravity", env.gravity_b, nz.gravity),
-        ("command", env.commands, 0.0),
-        ("joint_pos", qpos[:, env._qj] - env.default_joint_pos, nz.joint_pos),
-        ("joint_vel", qvel[:, env._vj], nz.joint_vel),
-        ("actions", env.last_actions, 0.0),
-    ]
+    terms = {
+        "base_lin_vel": (env.imu_lin_vel, nz.lin_vel),  # the base's own unless the robot names an IMU site
+        "base_ang_vel": (env.imu_ang_vel, nz.ang_vel),
+        "projected_gravity": (env.gravity_b, nz.gravity),
+        "command": (env.commands, 0.0),
+        "joint_pos": (qpos[:, env._qj] - env.default_joint_pos, nz.joint_pos),
+        "joint_vel": (qvel[:, env._vj], nz.joint_vel),
+        "actions": (env.last_actions, 0.0),
+    }
+    return [(name, *terms[name]) for name in ORDER[env.cfg.observation_layout]]
 
+
+ORDER = {
+    "legged_gym": (
+        "base_lin_vel",
+        "base_ang_vel",
+        "projected_gravity",
+        "command",
+        "joint_pos",
+        "joint_vel",
+        "actions",
+    ),
+    "mjlab": (
+        "base_lin_vel",
+        "base_ang_vel",
+        "projected_gravity",
+        "joint_pos",
+        "joint_vel",
+        "actions",
+        "command",
+    ),
+}
+"""The proprioceptive terms' order per observation layout (mjlab 1.6 velocity_env_cfg.py: actor_terms)."""
 
 DEPLOYABLE = ("base_ang_vel", "projected_gravity", "command", "joint_pos", "joint_vel", "actions")
-"""The proprioceptive terms a robot measures: the `policy` group, in this order."""
+"""The proprioceptive terms a robot measures: the `policy` group (in the layout's order)."""
+
+
+def _biased(name: str, value: torch.Tensor, env) -> torch.Tensor:
+    return value + env.joint_pos_bias if name == "joint_pos" else value
+
+
+def actor_proprio_terms(env, nz=None) -> list[tuple[str, torch.Tensor, float]]:
+    """The actor's proprioceptive terms: `proprio_terms`, with the encoder offsets in the mjlab layout (mjlab's
+    actor reads the biased joint positions; the critic the true ones)."""
+    terms = proprio_terms(env, nz)
+    if env.cfg.observation_layout != "mjlab":
+        return terms
+    return [(name, _biased(name, value, env), noise) for name, value, noise in terms]
 
 
 def deployable_terms(env, nz=None) -> list[tuple[str, torch.Tensor, float]]:
     """The `policy` group's terms (name, value, noise half-range): the encoders' positions carry their offsets."""
     terms = [term for term in proprio_terms(env, nz) if term[0] in DEPLOYABLE]
-    return [
-        (name, value + env.joint_pos_bias if name == "joint_pos" else value, noise)
-        for name, value, noise in terms
-    ]
+    return [(name, _biased(name, value, env), noise) for name, value, noise in terms]
 
 
 def noise_by_group(env, nz) -> dict[str, dict[str, dict[str, float]]]:
@@ -54,7 +88,11 @@ def noise_by_group(env, nz) -> dict[str, dict[str, dict[str, float]]]:
         on = bool(nz.enabled)
         return {"per_step": float(per_step) if on else 0.0, "per_episode": float(per_episode) if on else 0.0}
 
-    actor = {name: noise(half) for name, _, half in proprio_terms(env, nz)}
+    actor_bias = nz.joint_pos_bias if env.cfg.observation_layout == "mjlab" else 0.0
+    actor = {
+        name: noise(half, actor_bias if name == "joint_pos" else 0.0)
+        for name, _, half in proprio_terms(env, nz)
+    }
     if env.scan_points is not None and env.cfg.height_scan.in_actor:
         actor["height_scan"] = noise(nz.height_scan)
     policy = {  # the encoder offsets (draw_encoder_offsets) are the `policy` group's alone
@@ -67,6 +105,17 @@ def noise_by_group(env, nz) -> dict[str, dict[str, dict[str, float]]]:
 def privileged_terms(env) -> list[tuple[str, torch.Tensor]]:
     """The critic's extra terms, in order, after the proprioceptive ones: (name, value)."""
     qpos = env.sim.qpos
+    if (
+        env.cfg.observation_layout == "mjlab"
+    ):  # mjlab 1.6 velocity_env_cfg.py: critic_terms; the gait sensors'
+        gait = env.gait
+        force = gait.force.flatten(start_dim=1)
+        return [
+            ("foot_height", gait.pos_w[..., 2] - env.terrain_height(gait.pos_w[..., :2])),
+            ("foot_air_time", gait.current_air_time),
+            ("foot_contact", gait.in_contact.float()),
+            ("foot_contact_forces", torch.sign(force) * torch.log1p(force.abs())),
+        ]
     return [
         ("foot_contact", env.foot_contact.float()),
         ("foot_friction", env.foot_friction.unsqueeze(1)),
@@ -89,12 +138,17 @@ def compute_observations(env) -> dict[str, torch.Tensor]:
     """The actor's observations (with noise) and the critic's (exact, with the privileged terms)."""
     proprio = torch.cat([value for _, value, _ in proprio_terms(env)], dim=1)
     privileged = [value for _, value in privileged_terms(env)]
-    actor_clean, critic = proprio, [proprio, *privileged]
+    critic = [proprio, *privileged]
+    actor_clean = (
+        proprio
+        if env.cfg.observation_layout != "mjlab"
+        else torch.cat([value for _, value, _ in actor_proprio_terms(env)], dim=1)
+    )
     if env.scan_points is not None:
         scan = height_scan(env)
         critic.append(scan)
         if env.cfg.height_scan.in_actor:
-            actor_clean = torch.cat((proprio, scan), dim=1)
+            actor_clean = torch.cat((actor_clean, scan), dim=1)
     noise = (torch.rand_like(actor_clean) * 2 - 1) * env._actor_noise
     policy = torch.cat([value for _, value, _ in deployable_terms(env)], dim=1)
     policy_noise = (torch.rand_like(policy) * 2 - 1) * env._policy_noise
