@@ -18,6 +18,7 @@ from mjfleet.errors import UsageError
 from mjfleet.robots import ROBOTS, build_robot
 from mjfleet.robots.unitree_go1 import UNITREE_GO1
 from mjfleet.tasks import get_task
+from mjfleet.tasks.locomotion import velocity_checks
 from mjfleet.tasks.locomotion.described_config import velocity_flat_config
 
 TASK = "Go1-Velocity-Flat"
@@ -217,3 +218,26 @@ def test_a_recipe_that_does_not_fit_the_g1_is_one_line_before_any_worker(
     )  # fmt: skip
     assert_one_line_usage_error(result, *needles)
     assert os.listdir(tmp_path) == []  # no run directory, nothing started
+
+
+def test_a_descriptions_events_are_set_once_in_its_file_and_checked_against_the_model(
+    robot_cache, monkeypatch
+):
+    monkeypatch.setenv("MJFLEET_CACHE_DIR", str(robot_cache))
+    spec = get_task("G1-Velocity-Flat")
+    cfg = spec.env_config()
+    assert (
+        cfg.events.com_body == "torso_link" and cfg.events.added_trunk_mass is None
+    )  # unitree_g1.py's events
+    light = dataclasses.replace(UNITREE_GO1, events={"added_trunk_mass": (-50.0, 1.0)})
+    light_cfg = velocity_flat_config(light)
+    with pytest.raises(UsageError, match=r"^unitree-go1: env\.events\.added_trunk_mass = \(-50\.0, 1\.0\): body "
+                                         r"'trunk' weighs [\d.]+ kg"):  # fmt: skip
+        velocity_checks(light)(light_cfg)
+    with pytest.raises(
+        UsageError, match=r"^unitree-go1: events\['added_mass'\]: no setting of the velocity task"
+    ):
+        velocity_flat_config(dataclasses.replace(UNITREE_GO1, events={"added_mass": (0.0, 1.0)}))
+    no_torso = dataclasses.replace(UNITREE_GO1, events={"com_body": "torso_link"})
+    with pytest.raises(UsageError, match=r"env\.events\.com_body = 'torso_link': no body of this robot"):
+        velocity_checks(no_torso)(velocity_flat_config(no_torso))

@@ -26,22 +26,21 @@ def wrap_to_pi(angle: torch.Tensor) -> torch.Tensor:
 def draw_resample_steps(env) -> torch.Tensor:
     """Policy steps until each environment's next draw (callers pick with a mask): fixed, or uniform in the
     configured range of seconds, counted up to the step at which that much time has passed."""
-    c = env.cfg.commands
-    low, high = c.resampling_time_range_s or (c.resampling_time_s, c.resampling_time_s)
-    seconds = low + torch.rand(env.num_envs, device=env.device) * (high - low)
-    if c.resampling_time_range_s is None:
-        return torch.full_like(seconds, max(1, round(low / env.step_dt)), dtype=torch.long)
+    c, n, dev = env.cfg.commands, env.num_envs, env.device
+    if c.resampling_time_range_s is None:  # no draw: a fixed interval takes nothing of the random stream
+        return torch.full(
+            (n,), max(1, round(c.resampling_time_s / env.step_dt)), dtype=torch.long, device=dev
+        )
+    low, high = c.resampling_time_range_s
+    seconds = low + torch.rand(n, device=dev) * (high - low)
     return torch.ceil(seconds / env.step_dt - 1e-6).long().clamp(min=1)
 
 
 def resample_commands(env, mask: torch.Tensor) -> None:
     """Draw new commands for the environments in `mask` (see the module docstring)."""
     c, n, dev = env.cfg.commands, env.num_envs, env.device
-    low, high = (
-        env.command_ranges[:, 0],
-        env.command_ranges[:, 1],
-    )  # tensors: the curriculum widens them in place
-    new = low + torch.rand(n, 3, device=dev) * (high - low)
+    low, high = env.command_ranges[:, 0], env.command_ranges[:, 1]  # the curriculum widens them in place
+    new = low + torch.rand(3, n, device=dev).T * (high - low)  # column by column, as three draws would be
     new[:, :2] *= (new[:, :2].norm(dim=1, keepdim=True) >= c.min_speed).float()
     if c.forward_fraction > 0:
         forward = (torch.rand(n, device=dev) < c.forward_fraction).unsqueeze(1)
@@ -58,7 +57,10 @@ def resample_commands(env, mask: torch.Tensor) -> None:
         controlled = (torch.rand(n, device=dev) < c.heading_fraction) & ~standing
         env.heading_command.copy_(torch.where(mask, controlled, env.heading_command))
     env._command_steps.masked_fill_(mask, 0)
-    env.command_resample_steps.copy_(torch.where(mask, draw_resample_steps(env), env.command_resample_steps))
+    if c.resampling_time_range_s is not None:
+        env.command_resample_steps.copy_(
+            torch.where(mask, draw_resample_steps(env), env.command_resample_steps)
+        )
     update_commands(env)
 
 

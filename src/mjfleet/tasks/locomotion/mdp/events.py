@@ -115,7 +115,9 @@ def reset_robot_state(env, mask: torch.Tensor) -> None:
     nj = len(env.joint_names)
     joints = env.default_joint_pos + uniform((n, nj), ev.joint_pos, dev)
     joints = torch.maximum(torch.minimum(joints, env.joint_upper), env.joint_lower)
-    height = ground + ev.spawn_height + uniform((n,), ev.spawn_height_spread, dev)
+    height = ground + ev.spawn_height
+    if ev.spawn_height_spread > 0:  # drawn only where asked: the quadruped's random stream stays as it was
+        height = height + uniform((n,), ev.spawn_height_spread, dev)
     qpos = torch.cat((xy, height.unsqueeze(1), quat_from_yaw(yaw), joints), dim=1)
     qvel = torch.cat(
         (
