@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field, fields
 from typing import Literal
@@ -201,7 +202,8 @@ def play_settings(cfg: LocomotionConfig) -> None:
     cfg.events.foot_friction = None
     cfg.events.added_trunk_mass = None
     cfg.events.com_offset = None
-    cfg.noise = NoiseConfig(**{f.name: 0.0 for f in fields(NoiseConfig) if f.name != "enabled"})
+    half_ranges = [f.name for f in fields(NoiseConfig) if f.type in ("float", float)]  # not the switches
+    cfg.noise = dataclasses.replace(cfg.noise, **dict.fromkeys(half_ranges, 0.0))
 
 
 def agent_config(experiment: str, hidden_dims: tuple[int, ...], max_iterations: int) -> AgentConfig:
