@@ -246,13 +246,11 @@ GO1_ITERATIONS = 150
 
 @pytest.mark.slow
 def test_go1_flat_learns_to_walk_forward_in_a_ci_sized_run(tmp_path, robot_cache):
-    """The same check for a described robot, the Unitree Go1 as mjlab 1.6 ships it (Go1-Velocity-Flat: 1 worker x
-    256 envs on CPU): `train` on forward commands, then `play --baselines` at 0.8 m/s. Not run in CI (its time is
-    full). Measured, 2026-11-28 on the 2-core VM shared with other agents' runs (docs/benchmarks.md, "Learning: time
-    to a threshold"): judged every 25 iterations, seed 1, the error was 0.330 at iteration 75, 0.408 at 100 and
-    0.300 at 125 (21 min of training) against zero actions' 0.805 and random actions' 0.879, no falls. This test
-    with 150 iterations then passed in 33 min 24 s (load average 4-9): 0.268 against 0.808 and 0.892, no falls;
-    after the line search's iterations went from 20 to 50, in 16 min 26 s (load 2-4): 0.334, no falls."""
+    """The same check for a described robot, the Unitree Go1 as mjlab 1.6 ships it, on mjlab 1.6's velocity recipe
+    (Go1-Velocity-Flat: its reward, commands, events, observations and contact settings; 1 worker x 256 envs on
+    CPU): `train` on forward commands, then `play --baselines` at 0.8 m/s. Not run in CI (its time is full).
+    Measured over seeds 1-3 by `sweep` (docs/benchmarks.md, 2026-11-29, load 3-5): 0.141, 0.091 and 0.182 m/s
+    against standing still's 0.805, no falls in 96 episodes, 15-23 minutes a seed."""
     _assert_walks_forward(
         "Go1-Velocity-Flat", GO1_ITERATIONS, tmp_path, {"MJFLEET_CACHE_DIR": str(robot_cache)}
     )

@@ -202,6 +202,7 @@ def deployment_rules(
             "terms": [
                 {"name": name, "weight": weight, "expression": rewards[name]}
                 for name, weight in env.reward_weights.items()
+                if name in rewards
             ],
             "not_stated": not_stated,
             "clip_total_below_zero": bool(cfg.only_positive_rewards),
