@@ -145,7 +145,7 @@ register(
     TaskSpec(
         name="Velocity-Flat",
         description="The robot a file describes (--robot my_robot.py, docs/bring-your-robot.md) tracks commanded "
-        "(vx, vy, yaw rate) on flat ground; Go1-Velocity-Flat's settings.",
+        "(vx, vy, yaw rate) on flat ground; mjlab's velocity settings, the reward its `recipe` names.",
         env_class="mjfleet.tasks.locomotion.described:RobotVelocityEnv",
         env_config=_needs_robot,
         agent_config=_needs_robot,
@@ -163,7 +163,7 @@ register_described(
     UNITREE_GO1,
     "Go1VelocityEnv",
     "Unitree Go1 (`robots fetch unitree-go1`) tracks commanded (vx, vy, yaw rate) on flat ground; "
-    "mjlab 1.6's velocity settings where mjfleet has them.",
+    "mjlab 1.6's velocity recipe, term for term (docs/tasks.md).",
     foot_friction=(0.3, 1.5),  # mjlab 1.6.0 go1 env_cfgs.py: foot_friction_slide (0.3, 1.5)
 )
 register_described(
@@ -171,7 +171,7 @@ register_described(
     UNITREE_G1,
     "G1VelocityEnv",
     "Unitree G1 (`robots fetch unitree-g1`, 29 joints) tracks commanded (vx, vy, yaw rate) on flat ground; "
-    "mjlab 1.6's G1 recipe where mjfleet has its terms (docs/tasks.md).",
+    "mjlab 1.6's G1 velocity recipe, term for term (docs/tasks.md).",
     # mjlab 1.6.0 g1 env_cfgs.py and velocity_env_cfg.py: its recipe (the description names it), its unclipped
     # step reward
     only_positive_rewards=False,
