@@ -186,22 +186,18 @@ class Recorder:
         }
         for key, value in derived.items():
             out[f"{prefix}/derived/{key}"] = np32(value)
+        for kind, sensors, fields in (("contact", self.contact_sensors, CONTACT_FIELDS),
+                                      ("height", self.height_sensors, HEIGHT_FIELDS)):  # fmt: skip
+            for name, sensor in sensors.items():
+                for field in fields:
+                    value = getattr(sensor.data, field, None)
+                    if value is not None:
+                        out[f"{prefix}/{kind}/{name}/{field}"] = np32(value)
         for name, sensor in self.contact_sensors.items():
-            sdata = sensor.data
-            for field in CONTACT_FIELDS:
-                value = getattr(sdata, field, None)
-                if value is not None:
-                    out[f"{prefix}/contact/{name}/{field}"] = np32(value)
-            if getattr(sdata, "current_air_time", None) is not None:
+            if getattr(sensor.data, "current_air_time", None) is not None:
                 out[f"{prefix}/contact/{name}/first_contact"] = np32(
                     sensor.compute_first_contact(dt=env.step_dt)
                 )
-        for name, sensor in self.height_sensors.items():
-            sdata = sensor.data
-            for field in HEIGHT_FIELDS:
-                value = getattr(sdata, field, None)
-                if value is not None:
-                    out[f"{prefix}/height/{name}/{field}"] = np32(value)
         am = env.action_manager
         out[f"{prefix}/action"] = np32(am.action)
         out[f"{prefix}/prev_action"] = np32(am.prev_action)

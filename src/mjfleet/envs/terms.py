@@ -96,10 +96,10 @@ class BoundTerm:
     reset: Callable[[Any, Any], None] | None = None
 
 
-def check_weight(where: str, weight: Any) -> float:
-    """`weight` as a float; a UsageError naming `where` when it is not a finite number."""
+def check_weight(field: str, weight: Any) -> float:
+    """`weight` as a float; a UsageError naming `field` when it is not a finite number."""
     if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not math.isfinite(weight):
-        raise UsageError(f"{where}.weight = {weight!r}: give a finite number")
+        raise UsageError(f"{field} = {weight!r}: give a finite number")
     return float(weight)
 
 
@@ -133,7 +133,7 @@ def check_entry(
     field = f"{prefix}{where}.{name}"
     if not isinstance(term, Term):
         raise UsageError(f"{field}: give Term(func, weight, params), got {term!r}")
-    check_weight(field, term.weight)
+    check_weight(f"{field}.weight", term.weight)
     fn = library.get(term.func)
     if fn is None:
         raise UsageError(
@@ -256,9 +256,7 @@ def with_overrides(
     out = {name: dataclasses.replace(t, params=dict(t.params)) for name, t in recipe.items()}
     for name, weight in (weights or {}).items():
         where = f"{prefix}reward_weights[{name!r}]"
-        if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not math.isfinite(weight):
-            raise UsageError(f"{where} = {weight!r}: give a finite number")
-        w = float(weight)
+        w = check_weight(where, weight)
         if name in out:
             out[name].weight = w
         elif name in library:

@@ -23,20 +23,18 @@ from mujoco_warp import OverflowType
 
 from mjfleet.envs import NAN_RESETS_KEY, MujocoVecEnv
 from mjfleet.envs.terms import Term, scaled
-from mjfleet.errors import UsageError
 from mjfleet.robots import BuiltRobot, RobotDescription, build_robot
 from mjfleet.robots.mjfleet_quadruped import MJFLEET_QUADRUPED
 from mjfleet.tasks.locomotion.config import LocomotionConfig
-from mjfleet.tasks.locomotion.math import projected_gravity, quat_rotate_inverse
-from mjfleet.tasks.locomotion.mdp import (  # noqa: F401 - registers the terms
-    commands,
-    events,
-    gait_rewards,  # noqa: F401 - registers mjlab's velocity terms
-    observations,
-    rewards,
+from mjfleet.tasks.locomotion.math import projected_gravity, quat_rotate_inverse, velocities_at
+from mjfleet.tasks.locomotion.mdp import commands, events, gait_rewards, observations, rewards  # noqa: F401 - registers the reward terms
+from mjfleet.tasks.locomotion.robot import (
+    imu_site_frame,
+    joint_slices,
+    robot_collision_geoms,
+    touch_sensor_adr,
 )
-from mjfleet.tasks.locomotion.robot import joint_slices, robot_collision_geoms, touch_sensor_adr
-from mjfleet.tasks.locomotion.terrain import HeightMap, Terrain
+from mjfleet.tasks.locomotion.terrain import Terrain
 
 # Contact-buffer sizes per world. Flat: the model's own <size> (worst case 24 contacts, 108 rows). Heightfield:
 # mujoco_warp keeps at most 4 contacts per hfield-geom pair, so 13 robot geoms give at most 52 contacts and
@@ -112,8 +110,7 @@ class LocomotionEnv(MujocoVecEnv):
         return {"nconmax": ROUGH_NCONMAX, "njmax": ROUGH_NJMAX}
 
     def reward_config(self) -> dict[str, Term]:
-        """The recipe, its weights per second scaled by the policy step (returns do not depend on the control
-        rate)."""
+        """The recipe, its weights per second scaled by the policy step (returns then ignore the control rate)."""
         return scaled(self.cfg.rewards, self.step_dt)
 
     # ------------------------------------------------------------------ setup
@@ -141,15 +138,7 @@ class LocomotionEnv(MujocoVecEnv):
         self.contact_counts = self._geom_contacts[: n * m.ngeom].view(n, m.ngeom)
 
         # Task state.
-        self.commands = torch.zeros(n, 3, device=dev)
-        self.command_ranges = commands.command_ranges(cfg).to(dev)
-        """(3, 2): the (low, high) commands are drawn from (vx, vy, yaw rate), widened by the velocity curriculum."""
-        self._command_steps = torch.zeros(n, dtype=torch.long, device=dev)
-        self.command_resample_steps = commands.draw_resample_steps(self)
-        """Policy steps from each environment's last draw to its next."""
-        self.heading_command = torch.zeros(n, dtype=torch.bool, device=dev)
-        """The environments whose yaw rate steers to `heading_target` (rad, world frame) at every step."""
-        self.heading_target = torch.zeros(n, device=dev)
+        commands.setup(self)
         self._push_steps = events.draw_push_steps(self)
         nfeet = len(self.feet)
         self.feet_air_time = torch.zeros(n, nfeet, device=dev)
@@ -160,13 +149,10 @@ class LocomotionEnv(MujocoVecEnv):
         self._lin_vel_error = torch.zeros(n, device=dev)
         self._ang_vel_error = torch.zeros(n, device=dev)
         self._mean_base_vel = torch.zeros(3, device=dev)
-        self.base_lin_vel = torch.zeros(n, 3, device=dev)
-        self.base_ang_vel = torch.zeros(n, 3, device=dev)
-        self.imu_lin_vel, self.imu_ang_vel = self.base_lin_vel, self.base_ang_vel
-        self.gravity_b = torch.zeros(n, 3, device=dev)
+        self._update_base_state()  # base_lin_vel, base_ang_vel, gravity_b, imu_lin_vel, imu_ang_vel
         self._root_xy = torch.zeros(n, 2, device=dev)
 
-        self._setup_terrain()
+        events.place_on_terrain(self)
         self.scan_points = observations.height_scan_points(
             self.cfg.height_scan, self.terrain is not None, dev
         )
@@ -174,8 +160,6 @@ class LocomotionEnv(MujocoVecEnv):
         self.joint_pos_bias = torch.zeros_like(self.default_joint_pos).expand(n, -1).clone()
         """The encoder offsets (the `policy` group's; the mjlab layout's actor's too), drawn per environment at each
         reset, or once at start-up (`noise.joint_pos_bias_per_episode`)."""
-        if not cfg.noise.joint_pos_bias_per_episode:
-            events.draw_encoder_offsets(self, torch.ones(n, 1, dtype=torch.bool, device=dev))
         events.randomize_physics(self)
         self._actor_noise = observations.actor_noise_scale(self)
         self._policy_noise = observations.actor_noise_scale(self, deployable=True)
@@ -197,18 +181,8 @@ class LocomotionEnv(MujocoVecEnv):
         """Per joint (rad per unit action): targets = default_joint_pos + joint_action_scale * action."""
 
         self.feet = self.robot.feet
-        self._imu = None
-        """(site position, site orientation) in the base frame of the description's IMU site, or None."""
-        if self.robot.imu_site is not None:
-            site = m.site(self.robot.imu_site)
-            if m.site_bodyid[site.id] != b.base_body_id:
-                raise UsageError(
-                    f"{self.robot.name}: imu_site {self.robot.imu_site!r} is not on the base body"
-                )
-            self._imu = (
-                torch.tensor(m.site_pos[site.id], dtype=torch.float32, device=dev),
-                torch.tensor(m.site_quat[site.id], dtype=torch.float32, device=dev),
-            )
+        imu = imu_site_frame(b)  # (position, orientation) in the base frame of the robot's IMU site, or None
+        self._imu = imu and [torch.tensor(a, dtype=torch.float32, device=dev) for a in imu]
         self.trunk_body = b.base_body_id if self.trunk is None else m.body(self.trunk).id
         self._setup_contact_geoms(robot_collision_geoms(m))
 
@@ -223,27 +197,6 @@ class LocomotionEnv(MujocoVecEnv):
         others = [g for g in robot_geoms if g not in self.foot_geoms and g not in base_geoms]
         self.leg_geoms = torch.tensor(others, device=dev)
         self._touch_adr = torch.tensor(touch_sensor_adr(m, b), device=dev)
-
-    def _setup_terrain(self) -> None:
-        n, dev, tcfg = self.num_envs, self.device, self.cfg.terrain
-        self.env_origins = torch.zeros(n, 3, device=dev)
-        self.curriculum = self.terrain is not None and tcfg.curriculum
-        if self.terrain is None:
-            self.height_map = None
-            return
-        self.height_map = HeightMap(self.terrain.heights, tcfg.horizontal_scale, dev)
-        self.tile_origins = torch.as_tensor(self.terrain.origins, dtype=torch.float32, device=dev)
-        self.num_levels = tcfg.num_levels
-        self.terrain_types = torch.arange(n, device=dev) % tcfg.num_cols
-        top = min(tcfg.max_init_level, tcfg.num_levels - 1) if self.curriculum else tcfg.num_levels - 1
-        self.terrain_levels = torch.randint(0, top + 1, (n,), device=dev)
-        self.env_origins[:] = self.tile_origins[self.terrain_levels, self.terrain_types]
-        self._root_xy[:] = self.env_origins[:, :2]
-        margin = 1.0  # metres from the map's edge at which an episode ends as a time-out
-        self._map_low = margin
-        self._map_high = torch.tensor(
-            [self.terrain.length_x - margin, self.terrain.length_y - margin], device=dev
-        )
 
     # ---------------------------------------------------------------- actions
     def action_bounds(self) -> tuple[torch.Tensor, torch.Tensor]:
@@ -264,14 +217,14 @@ class LocomotionEnv(MujocoVecEnv):
         self.base_lin_vel = quat_rotate_inverse(quat, self.sim.qvel[:, 0:3])
         self.base_ang_vel = self.sim.qvel[:, 3:6].clone()
         self.gravity_b = projected_gravity(quat)
-        if self._imu is None:
-            self.imu_lin_vel, self.imu_ang_vel = self.base_lin_vel, self.base_ang_vel
-        else:  # what an IMU on the base measures: the velocity of its point, in its frame
-            offset, frame = self._imu
-            n = self.num_envs
-            at_site = self.base_lin_vel + torch.cross(self.base_ang_vel, offset.expand(n, 3), dim=1)
-            self.imu_lin_vel = quat_rotate_inverse(frame.expand(n, 4), at_site)
-            self.imu_ang_vel = quat_rotate_inverse(frame.expand(n, 4), self.base_ang_vel)
+        (
+            self.imu_lin_vel,
+            self.imu_ang_vel,
+        ) = (  # what the observations give: an IMU's, where the robot has one
+            (self.base_lin_vel, self.base_ang_vel)
+            if self._imu is None
+            else velocities_at(self.base_lin_vel, self.base_ang_vel, *self._imu)
+        )
 
     def _update_contacts(self) -> None:
         """Contacts per (world, geom) from the pooled contact list, and foot contact from the touch sensors."""
@@ -292,7 +245,7 @@ class LocomotionEnv(MujocoVecEnv):
         self._geom_contacts.index_add_(0, index.reshape(-1), self._ones)
 
     def post_physics_step(self) -> None:
-        cfg, dt = self.cfg, self.step_dt
+        dt = self.step_dt
         self._update_base_state()
         self._update_contacts()
 
@@ -311,8 +264,7 @@ class LocomotionEnv(MujocoVecEnv):
         # waits for `before_observations`: this step's reward and curriculum judge the command the policy saw).
         self._command_steps += 1
 
-        if cfg.events.push_velocity > 0 or cfg.events.push_velocity_range is not None:
-            events.push_robots(self)
+        events.push_robots(self)
 
         self._root_xy.copy_(self.sim.qpos[:, 0:2])
         if self.terrain is not None:
@@ -321,19 +273,14 @@ class LocomotionEnv(MujocoVecEnv):
             self.episode_length_buf.masked_fill_(off_map, self.max_episode_length)
 
     def fix_commands(self, vx: float, vy: float, wz: float) -> None:
-        """Command (vx, vy, wz) at every later draw (`CommandConfig.fix`), in a built environment: its draw ranges
-        too, and no heading control from now on."""
-        self.cfg.commands.fix(vx, vy, wz)
-        self.command_ranges.copy_(commands.command_ranges(self.cfg))
-        self.heading_command.zero_()
+        """Command (vx, vy, wz) from now on (the browser viewer's joystick): mdp/commands.py's `fix`."""
+        commands.fix(self, vx, vy, wz)
 
     def set_training_progress(self, steps_per_env: int) -> dict[str, float]:
-        log = super().set_training_progress(steps_per_env)
-        if self.cfg.commands.velocity_stages:
-            ranges = commands.command_ranges(self.cfg, steps_per_env)
-            self.command_ranges.copy_(ranges)  # in place: a recorded step graph reads this buffer
-            log["Train/command_lin_vel_x_max"] = float(ranges[0, 1])
-        return log
+        return {
+            **super().set_training_progress(steps_per_env),
+            **commands.follow_curriculum(self, steps_per_env),
+        }
 
     def before_observations(self) -> None:
         commands.resample_due_commands(self)

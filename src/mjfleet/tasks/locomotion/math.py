@@ -19,6 +19,16 @@ def quat_rotate_inverse(q: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     return v - w * t + torch.cross(u, t, dim=-1)
 
 
+def velocities_at(
+    lin: torch.Tensor, ang: torch.Tensor, offset: torch.Tensor, frame: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """A rigid body's (linear, angular) velocity (n, 3), body frame, as a sensor at `offset` (3,) in orientation
+    `frame` (4,) on it measures them: the linear velocity of that point, both turned into the sensor's frame."""
+    n = lin.shape[0]
+    at_point = lin + torch.cross(ang, offset.expand(n, 3), dim=1)
+    return quat_rotate_inverse(frame.expand(n, 4), at_point), quat_rotate_inverse(frame.expand(n, 4), ang)
+
+
 def quat_from_yaw(yaw: torch.Tensor) -> torch.Tensor:
     """Rotations about world z by `yaw` (rad), shape (..., 4)."""
     half = 0.5 * yaw

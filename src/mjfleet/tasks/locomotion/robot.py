@@ -6,6 +6,7 @@ from __future__ import annotations
 import mujoco
 import numpy as np
 
+from mjfleet.errors import UsageError
 from mjfleet.robots import BuiltRobot
 
 
@@ -48,3 +49,20 @@ def touch_sensor_adr(m: mujoco.MjModel, built: BuiltRobot) -> list[int]:
             f"feet {', '.join(missing)}: LocomotionEnv needs each foot a site with a touch sensor"
         )
     return [touch[site] for site in sites]
+
+
+def imu_site_frame(built: BuiltRobot) -> tuple[np.ndarray, np.ndarray] | None:
+    """(position, orientation (w, x, y, z)) in the base frame of the description's `imu_site`; None without one. A
+    site the model lacks, or one not on the base body, is a UsageError naming the field."""
+    robot, m = built.description, built.model
+    if robot.imu_site is None:
+        return None
+    sites = [m.site(i).name for i in range(m.nsite)]
+    if robot.imu_site not in sites:
+        raise UsageError(
+            f"{robot.name}: imu_site = {robot.imu_site!r}: no such site (its sites: {', '.join(sites)})"
+        )
+    site = m.site(robot.imu_site).id
+    if m.site_bodyid[site] != built.base_body_id:
+        raise UsageError(f"{robot.name}: imu_site = {robot.imu_site!r}: the site is not on the base body")
+    return m.site_pos[site].copy(), m.site_quat[site].copy()

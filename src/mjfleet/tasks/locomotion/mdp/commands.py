@@ -23,6 +23,37 @@ def wrap_to_pi(angle: torch.Tensor) -> torch.Tensor:
     return torch.remainder(angle + math.pi, 2 * math.pi) - math.pi
 
 
+def setup(env) -> None:
+    """The command state of `env`: the commands, the ranges they are drawn from, the steps since and to each
+    environment's next draw, the heading-controlled environments and their targets."""
+    n, dev = env.num_envs, env.device
+    env.commands = torch.zeros(n, 3, device=dev)
+    env.command_ranges = command_ranges(env.cfg).to(dev)
+    """(3, 2): the (low, high) commands are drawn from (vx, vy, yaw rate), widened by the velocity curriculum."""
+    env._command_steps = torch.zeros(n, dtype=torch.long, device=dev)
+    env.command_resample_steps = draw_resample_steps(env)
+    env.heading_command = torch.zeros(n, dtype=torch.bool, device=dev)
+    env.heading_target = torch.zeros(n, device=dev)  # rad, world frame
+
+
+def fix(env, vx: float, vy: float, wz: float) -> None:
+    """Command (vx, vy, wz) at every later draw (`CommandConfig.fix`) in a built environment: its draw ranges too,
+    and no heading control from now on."""
+    env.cfg.commands.fix(vx, vy, wz)
+    env.command_ranges.copy_(command_ranges(env.cfg))
+    env.heading_command.zero_()
+
+
+def follow_curriculum(env, steps_per_env: int) -> dict[str, float]:
+    """The velocity curriculum's ranges after `steps_per_env` policy steps of training, written in place (a recorded
+    step graph reads this buffer); what to log."""
+    if not env.cfg.commands.velocity_stages:
+        return {}
+    ranges = command_ranges(env.cfg, steps_per_env)
+    env.command_ranges.copy_(ranges)
+    return {"Train/command_lin_vel_x_max": float(ranges[0, 1])}
+
+
 def draw_resample_steps(env) -> torch.Tensor:
     """Policy steps until each environment's next draw (callers pick with a mask): fixed, or uniform in the
     configured range of seconds, counted up to the step at which that much time has passed."""

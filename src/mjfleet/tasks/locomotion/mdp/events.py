@@ -9,6 +9,7 @@ import torch
 
 from mjfleet.errors import UsageError
 from mjfleet.tasks.locomotion.math import quat_from_yaw, quat_rotate_inverse, uniform, uniform_range
+from mjfleet.tasks.locomotion.terrain import HeightMap
 
 
 def check_com_body(model, ev, prefix: str = "") -> None:
@@ -38,8 +39,13 @@ def check_added_mass(model, body: int, added: tuple[float, float] | None, prefix
 
 
 def randomize_physics(env) -> None:
-    """Start-up randomisation, once per environment: foot friction and added trunk mass."""
+    """Start-up randomisation, once per environment: foot friction, added trunk mass, the centre-of-mass offset, the
+    encoder offsets where they are drawn once (`noise.joint_pos_bias_per_episode` False), the push range."""
     ev, n, dev = env.cfg.events, env.num_envs, env.device
+    if not env.cfg.noise.joint_pos_bias_per_episode:
+        draw_encoder_offsets(env, torch.ones(n, 1, dtype=torch.bool, device=dev))
+    range_ = ev.push_velocity_range
+    env._push_range = None if range_ is None else torch.tensor(range_, dtype=torch.float32, device=dev)
     robot = getattr(env, "robot", None)
     check_added_mass(env.mj_model, env.trunk_body, ev.added_trunk_mass, f"{robot.name}: " if robot else "")
     friction = env.sim.model_view("geom_friction")  # (n, ngeom, 3), one copy per world
@@ -85,14 +91,15 @@ def push_robots(env) -> None:
     (`push_velocity`), or in all six world-frame directions (`push_velocity_range`; the angular part enters the
     free joint's body-frame velocity rotated)."""
     ev = env.cfg.events
+    if ev.push_velocity <= 0 and env._push_range is None:  # no pushes (a setting, not a tensor value)
+        return
     env._push_steps -= 1
     push = (env._push_steps <= 0).unsqueeze(1)
-    if ev.push_velocity_range is None:
+    if env._push_range is None:
         dv = (torch.rand(env.num_envs, 2, device=env.device) * 2 - 1) * ev.push_velocity
         env.sim.qvel[:, 0:2] += dv * push
     else:
-        half = torch.tensor(ev.push_velocity_range, dtype=torch.float32, device=env.device)
-        dv = (torch.rand(env.num_envs, 6, device=env.device) * 2 - 1) * half
+        dv = (torch.rand(env.num_envs, 6, device=env.device) * 2 - 1) * env._push_range
         spin = quat_rotate_inverse(env.sim.qpos[:, 3:7], dv[:, 3:6])
         env.sim.qvel[:, 0:6] += torch.cat((dv[:, :3], spin), dim=1) * push
     env._push_steps.copy_(torch.where(push.squeeze(1), draw_push_steps(env), env._push_steps))
@@ -131,6 +138,28 @@ def reset_robot_state(env, mask: torch.Tensor) -> None:
     env.sim.qpos.copy_(torch.where(m, qpos, env.sim.qpos))
     env.sim.qvel.copy_(torch.where(m, qvel, env.sim.qvel))
     env._root_xy.copy_(torch.where(m, xy, env._root_xy))
+
+
+def place_on_terrain(env) -> None:
+    """Where each environment starts: the origin, and on rough ground its tile (a level of the curriculum, a column
+    of terrain types), the height map and the map's edges (walking off them ends an episode as a time-out)."""
+    n, dev, tcfg = env.num_envs, env.device, env.cfg.terrain
+    env.env_origins = torch.zeros(n, 3, device=dev)
+    env.curriculum = env.terrain is not None and tcfg.curriculum
+    if env.terrain is None:
+        env.height_map = None
+        return
+    env.height_map = HeightMap(env.terrain.heights, tcfg.horizontal_scale, dev)
+    env.tile_origins = torch.as_tensor(env.terrain.origins, dtype=torch.float32, device=dev)
+    env.num_levels = tcfg.num_levels
+    env.terrain_types = torch.arange(n, device=dev) % tcfg.num_cols
+    top = min(tcfg.max_init_level, tcfg.num_levels - 1) if env.curriculum else tcfg.num_levels - 1
+    env.terrain_levels = torch.randint(0, top + 1, (n,), device=dev)
+    env.env_origins[:] = env.tile_origins[env.terrain_levels, env.terrain_types]
+    env._root_xy[:] = env.env_origins[:, :2]
+    margin = 1.0  # metres from the map's edge at which an episode ends as a time-out
+    env._map_low = margin
+    env._map_high = torch.tensor([env.terrain.length_x - margin, env.terrain.length_y - margin], device=dev)
 
 
 def update_terrain_levels(env, mask: torch.Tensor) -> None:
