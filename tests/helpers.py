@@ -249,3 +249,55 @@ def cartpole_runner(tmp_path: pathlib.Path, seed: int, episode_length_s: float =
     run_dir = RunDir.new(agent.experiment_name, root=tmp_path)
     run_dir.create()
     return FleetRunner(spec.make_env(env_cfg), agent, run_dir, "cpu"), run_dir
+
+
+def run_in_terminal(
+    argv: list[str],
+    env: dict[str, str] | None = None,
+    timeout: float = 300,
+    interrupt_after: str | None = None,
+) -> tuple[int, str]:
+    """Run `argv` with a pseudo-terminal as its stdin, stdout and stderr, as a user's shell does; return its exit
+    status and everything it wrote (escape codes included). With `interrupt_after`, send Ctrl-C (SIGINT to its
+    process group, as a terminal does) once that text has been written."""
+    import pty
+    import select
+    import signal
+
+    main, child = pty.openpty()
+    proc = subprocess.Popen(
+        argv,
+        stdin=child,
+        stdout=child,
+        stderr=child,
+        env={**os.environ, **(env or {})},
+        start_new_session=True,
+    )
+    os.close(child)
+    out, deadline, interrupted = b"", time.monotonic() + timeout, False
+    try:
+        while True:
+            ready, _, _ = select.select([main], [], [], 0.5)
+            if ready:
+                try:
+                    chunk = os.read(main, 65536)
+                except OSError:  # the child closed the terminal: Linux reports EIO
+                    chunk = b""
+                if not chunk:
+                    break
+                out += chunk
+            elif proc.poll() is not None:
+                break
+            if interrupt_after and not interrupted and interrupt_after.encode() in out:
+                os.killpg(proc.pid, signal.SIGINT)
+                interrupted = True
+            if time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"{argv[0]} still running after {timeout} s; it wrote:\n{out[-4000:].decode()}"
+                )
+        return proc.wait(timeout=30), out.decode(errors="replace")
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        os.close(main)
