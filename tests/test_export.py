@@ -106,6 +106,20 @@ def test_policy_onnx_carries_all_of_policy_json(quadruped_export):
     _assert_onnx_carries_policy_json(folder)
 
 
+def test_deploy_md_lists_the_mjlab_keys_an_export_writes_as_entries_of_their_own(quadruped_export):
+    """The ONNX metadata's layout as docs/deploy.md states it: policy.json's keys but `mjlab` as JSON entries, and
+    mjlab's keys (the page's list, in order) as entries of their own; no `mjlab` entry."""
+    import pathlib
+    import re
+
+    _, _, folder = quadruped_export
+    props, meta = _onnx_and_json(folder)
+    page = (pathlib.Path(__file__).resolve().parents[1] / "docs" / "deploy.md").read_text()
+    listed = re.findall(r"`(\w+)`", re.search(r"^mjlab keys: (.*?)\n\n", page, re.M | re.S).group(1))
+    assert listed == list(meta["mjlab"]) == list(MJLAB_KEYS)
+    assert "mjlab" not in props and set(props) == (set(meta) - {"mjlab"}) | set(listed)
+
+
 def test_a_recurrent_policys_onnx_carries_its_state_rule(tmp_path):
     """The hidden state's inputs, outputs, shape and reset rule: what a deployment holding only policy.onnx needs
     most, and what policy.json alone used to have."""
