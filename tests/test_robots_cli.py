@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import pathlib
 import subprocess
 
 import pytest
@@ -173,6 +174,48 @@ def test_fetch_on_a_terminal_draws_a_bar_and_quiet_draws_nothing(tmp_path):
     )
     assert quiet.returncode == 0 and quiet.stderr == ""
     assert fetched_files(tmp_path / "quiet") == fetched_files(tmp_path / "shown")
+
+
+SLOW_INSTALLER = """#!/bin/sh
+# Stands in for uv where a test needs a download that takes long: writes 3 MB where it was told to, then waits,
+# deaf to Ctrl-C (ignored signals stay ignored across exec), so that only `robots fetch` itself can end it.
+trap '' INT
+echo $$ > "$PID_FILE"
+while [ "$1" != "--target" ]; do shift; done
+mkdir -p "$2" && head -c 3000000 /dev/zero > "$2/wheel-part"
+exec sleep 120
+"""
+
+
+def test_ctrl_c_during_a_download_stops_the_installer_and_leaves_nothing(tmp_path):
+    """The installer is the slow part of a fetch: Ctrl-C there ends it too, puts the cursor back, and leaves no
+    temporary folder; the exit status is 130. (The installer is a stand-in script: uv from its cache is too quick
+    to interrupt reliably.)"""
+    import contextlib
+    import os
+    import signal
+
+    installer = tmp_path / "uv"
+    installer.write_text(SLOW_INSTALLER)
+    installer.chmod(0o755)
+    env = {
+        "MJFLEET_CACHE_DIR": str(tmp_path / "cache"),
+        "UV": str(installer),
+        "PID_FILE": str(tmp_path / "pid"),
+    }
+    command = [str(BIN / "robots"), "fetch", "unitree-go1"]
+    try:
+        code, out = run_in_terminal(command, env=env, timeout=120, interrupt_after="3/?")
+        assert code == 130 and "robots: interrupted" in out and "Traceback" not in out
+        assert "\x1b[?25h" in out  # the cursor the bar hid is back
+        assert list((tmp_path / "cache" / "robots").iterdir()) == []  # no temporary folder, no robot
+        pid = int((tmp_path / "pid").read_text())
+        assert not os.path.exists(f"/proc/{pid}")  # killed and reaped by the fetch
+    finally:  # the stand-in outlives a fetch that failed to end it: stop it by its pid (if that is still it)
+        with contextlib.suppress(OSError, ValueError):
+            pid = int((tmp_path / "pid").read_text())
+            if pathlib.Path(f"/proc/{pid}/cmdline").read_bytes() == b"sleep\x00120\x00":
+                os.kill(pid, signal.SIGKILL)
 
 
 def test_a_command_is_required():

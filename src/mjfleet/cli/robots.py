@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 from typing import Annotated
 
@@ -138,8 +139,6 @@ def _show(name: str) -> None:
 
 @user_errors(PROG)
 def main(argv: list[str] | None = None) -> None:
-    import sys
-
     command = parse_args(sys.argv[1:] if argv is None else argv)
     if isinstance(command, ListRobots):
         _list()
