@@ -182,23 +182,29 @@ def test_a_flag_tyro_cannot_parse_is_one_line_not_a_box(command, needles, capsys
 # --- tasks and plot: bad input is one line and exit status 2 too ----------------------------------------
 
 
-def test_tasks_with_an_argument_is_one_line_not_argparses_usage():
+def test_tasks_with_an_argument_is_one_line_not_a_usage_box():
     result = run_cli("tasks", "foo", timeout=120)
-    assert_one_line_usage_error(result, "tasks: error: unrecognized arguments: foo", "train <Task> --help")
-    assert "usage:" not in result.stderr
+    assert_one_line_usage_error(result, "tasks: error: Unrecognized options: foo", "train <Task> --help")
+    assert "usage:" not in result.stderr and "╭" not in result.stderr
 
 
 @pytest.mark.parametrize(
     ("args", "needles"),
     [
-        (["foo"], ["unrecognized arguments: foo", "`tasks` takes none"]),
-        (["--bogus", "x"], ["unrecognized arguments: --bogus x"]),
+        (["foo"], ["Unrecognized options: foo:", "`tasks` takes none"]),
+        (["--bogus", "x"], ["Unrecognized options: --bogus, x:", "`tasks` takes none"]),
     ],
 )
 def test_bad_tasks_input_is_one_line(args, needles, capsys):
     code, out, err = run_main("tasks", *args, capsys=capsys)
     assert_one_line_usage_error(subprocess.CompletedProcess(args, code, out, err), "tasks: error:", *needles)
     assert out == ""
+
+
+def test_tasks_help_says_what_the_list_holds(capsys):
+    code, out, _ = run_main("tasks", "--help", capsys=capsys)
+    assert code == 0
+    assert out.startswith("usage: tasks [-h]") and "default environment counts" in out
 
 
 PLOT_BAD_INPUT = [

@@ -604,3 +604,20 @@ def test_files_the_docs_name_exist(path):
         if not (ROOT / ref).exists() and not (path.parent / ref).exists()
     ]
     assert missing == [], f"{path.name} names files that do not exist: {missing}"
+
+
+def test_deploy_md_states_the_go1s_per_joint_action_scales_and_rotor():
+    """deploy.md's described-robot actions and bring-your-robot.md's Go1 armature, from the Go1's description: 0.25 x
+    effort limit / kp per joint, kp by the natural-frequency rule on the description's armature."""
+    from mjfleet.robots.description import ACTION_SCALE_FACTOR
+    from mjfleet.robots.unitree_go1 import HIP, KNEE
+
+    deploy = (ROOT / "docs" / "deploy.md").read_text().replace("\n   ", " ")
+    scales = [ACTION_SCALE_FACTOR * g.effort_limit / g.gains(g.armature)[0] for g in (HIP, KNEE)]
+    assert (
+        f"(the Go1: {scales[0]:.3f} rad per unit at the hips and thighs, {scales[1]:.3f} at the calves)"
+        in deploy
+    )
+    assert "no ctrl range" in deploy and "`actions.ctrlrange` is null for every actuator" in deploy
+    robot_page = (ROOT / "docs" / "bring-your-robot.md").read_text().replace("\n  ", " ")
+    assert f"(the Go1's hips reflect {HIP.armature:.3f} kg m^2)" in robot_page

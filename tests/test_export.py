@@ -106,6 +106,20 @@ def test_policy_onnx_carries_all_of_policy_json(quadruped_export):
     _assert_onnx_carries_policy_json(folder)
 
 
+def test_deploy_md_lists_the_mjlab_keys_an_export_writes_as_entries_of_their_own(quadruped_export):
+    """The ONNX metadata's layout as docs/deploy.md states it: policy.json's keys but `mjlab` as JSON entries, and
+    mjlab's keys (the page's list, in order) as entries of their own; no `mjlab` entry."""
+    import pathlib
+    import re
+
+    _, _, folder = quadruped_export
+    props, meta = _onnx_and_json(folder)
+    page = (pathlib.Path(__file__).resolve().parents[1] / "docs" / "deploy.md").read_text()
+    listed = re.findall(r"`(\w+)`", re.search(r"^mjlab keys: (.*?)\n\n", page, re.M | re.S).group(1))
+    assert listed == list(meta["mjlab"]) == list(MJLAB_KEYS)
+    assert "mjlab" not in props and set(props) == (set(meta) - {"mjlab"}) | set(listed)
+
+
 def test_a_recurrent_policys_onnx_carries_its_state_rule(tmp_path):
     """The hidden state's inputs, outputs, shape and reset rule: what a deployment holding only policy.onnx needs
     most, and what policy.json alone used to have."""
@@ -141,6 +155,37 @@ def test_observation_terms_that_do_not_add_up_to_the_group_are_an_error():
     # A group the environment does not describe is one term named after it
     assert observation_slices(env, [{"name": "actor", "size": 4}, {"name": "extra", "size": 3}])[-1] == {
         "name": "extra", "group": "extra", "start": 4, "stop": 7}  # fmt: skip
+
+
+def test_a_changed_height_scan_clip_is_applied_and_reaches_the_exports_metadata():
+    """The clip lives in the task's observation spec (HeightScanConfig.clip, `observation_clips`): the scan is
+    clipped to it, and policy.json's input.terms and mjlab's observation_terms_clip state the same range."""
+    from rsl_rl.models import MLPModel
+
+    from mjfleet.deploy.export import policy_metadata
+    from mjfleet.tasks.locomotion.mdp.observations import height_scan
+
+    spec = get_task("Quadruped-Velocity-Rough")
+    cfg = spec.play_env_config()
+    cfg.num_envs, cfg.height_scan.clip = 2, (-0.02, 0.01)  # narrower than the standing robot's scan spreads
+    torch.manual_seed(0)
+    env = spec.make_env(cfg, "cpu")
+    obs = env.get_observations()
+    scan = height_scan(env)
+    env.cfg.height_scan.clip = (-100.0, 100.0)
+    unclipped = height_scan(env)
+    env.cfg.height_scan.clip = (-0.02, 0.01)
+    assert torch.equal(scan, unclipped.clamp(-0.02, 0.01)) and not torch.equal(scan, unclipped)
+    rsl = spec.agent_config().to_rsl_rl()
+    actor = MLPModel(obs, rsl["obs_groups"], "actor", env.num_actions, hidden_dims=[8],
+                     distribution_cfg=rsl["actor"]["distribution_cfg"]).eval()  # fmt: skip
+    meta = policy_metadata(env, actor, obs, spec.name)
+    terms = meta["input"]["terms"]
+    assert [t.get("clip") for t in terms if t["name"] == "height_scan"] == [[-0.02, 0.01]]
+    assert all("clip" not in t for t in terms if t["name"] != "height_scan")
+    clips = meta["mjlab"]["observation_terms_clip"].split(",")
+    assert clips[[t["name"] for t in terms].index("height_scan")] == "-0.020;0.010"
+    assert {c for i, c in enumerate(clips) if terms[i]["name"] != "height_scan"} == {"-inf;inf"}
 
 
 # Described robots (Go1-, G1-Velocity-Flat) are left out: their models need fetched meshes, which the export does

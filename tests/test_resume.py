@@ -149,14 +149,18 @@ def _optimizer_steps(state: dict) -> set[float]:
 
 def test_resume_with_another_num_envs_continues_and_counts_the_new_batch(tmp_path, monkeypatch):
     """Twice the environments on resume: the numbering and the optimiser state carry on, and the env-step count
-    adds the batch each iteration really ran (in this process: `train`'s one-worker path)."""
+    adds the batch each iteration really ran (in this process: `train`'s one-worker path). The resumed run's
+    settings are its own command line's: an --env.* flag of the first run is not kept (docs/bring-your-robot.md,
+    docs/runs.md)."""
     from mjfleet.cli.train import main
 
     monkeypatch.chdir(tmp_path)
     flags = ["Cartpole-Balance", "--gpu-ids", "None", "--agent.num-steps-per-env", "8", "--logger", "none"]
-    main([*flags, "--num-envs", "16", "--max-iterations", "2"])
+    main([*flags, "--num-envs", "16", "--max-iterations", "2", "--env.init-angle-range", "0.05"])
     main([*flags, "--num-envs", "32", "--max-iterations", "3", "--resume"])
     first, second = sorted((tmp_path / "logs" / EXPERIMENT).iterdir())
+    env_yaml = [yaml.safe_load((run / "params" / "env.yaml").read_text()) for run in (first, second)]
+    assert [cfg["init_angle_range"] for cfg in env_yaml] == [0.05, 0.1]  # 0.1: the task's default
     before, after = read_checkpoint(first / "model_2.pt"), read_checkpoint(second / "model_3.pt")
     assert iterations_in(second) == [2]
     assert before["env_steps"] == 2 * 16 * 8 and after["env_steps"] == before["env_steps"] + 32 * 8

@@ -153,3 +153,95 @@ def test_bench_measures_a_robot_file_on_two_workers_that_load_it(robot_cache, tm
         assert point["total_envs"] == 4 * run["workers"]
         assert all(point[phase]["env_steps_per_s"] > 0 for phase in ("physics", "env", "rollout", "training"))
     assert not (tmp_path / "logs").exists()  # bench measures; it writes no run
+
+
+# --- docs/bring-your-robot.md, "A robot from outside mjlab's zoo": what it states, built for real ----------------
+
+OUTSIDE_MJCF = """<mujoco model="outside">
+  <compiler angle="degree"/>
+  <default><joint armature="1"/></default>
+  <worldbody>
+    <body name="torso" pos="0 0 0.5">
+      <freejoint name="root"/>
+      <geom type="sphere" size="0.1"/>
+      <body name="leg">
+        <joint name="hip" type="hinge" axis="0 1 0" range="-30 30"/>
+        <geom type="capsule" pos="0 0 -0.15" size="0.02 0.15"/>
+        <site name="foot" pos="0 0 -0.32"/>
+      </body>
+    </body>
+  </worldbody>
+  <actuator><motor joint="hip" gear="150" ctrlrange="-1 1"/></actuator>
+  <keyframe><key name="crouch" qpos="0 0 0.5 1 0 0 0 0.5"/></keyframe>
+</mujoco>
+"""
+"""gymnasium's Ant in miniature: a torque motor of gear 150, armature 1 on every joint, angles in degrees."""
+
+
+def outside_robot(tmp_path, **fields):
+    from mjfleet.robots import ActuatorGroup, HomePose, RobotDescription, build_robot
+
+    (tmp_path / "outside.xml").write_text(OUTSIDE_MJCF)
+    values = {"name": "outside", "mjcf": str(tmp_path / "outside.xml"), "base_body": "torso", "feet": ("foot",),
+              "actuators": (ActuatorGroup(joints=("hip",), effort_limit=150.0),),
+              "home": HomePose(base_height=0.5, joints={"hip": 0.5}), **fields}  # fmt: skip
+    return build_robot(RobotDescription(**values))
+
+
+def bring_your_robot_section() -> str:
+    page = (ROOT / "docs" / "bring-your-robot.md").read_text()
+    return page.split("### A robot from outside mjlab's zoo")[1].split("\n## ")[0]
+
+
+def test_a_torque_motor_becomes_a_servo_clamped_at_the_effort_limit_with_the_pages_gains_and_scale(tmp_path):
+    import mujoco
+
+    robot = outside_robot(tmp_path)
+    model, section = robot.model, bring_your_robot_section()
+    assert (
+        model.nu == 1 and model.actuator_gaintype[0] == mujoco.mjtGain.mjGAIN_FIXED
+    )  # the motor is replaced
+    assert model.actuator_forcerange[0].tolist() == [-150.0, 150.0] and not model.actuator_ctrllimited[0]
+    assert robot.armature[0] == 1.0  # the MJCF's armature, kept
+    assert f"kp {robot.kp[0]:,.0f} N m/rad" in section and f"kd {robot.kd[0]:.0f} N m s/rad" in section
+    assert f"= {robot.action_scale[0]:.4f} rad" in section and "0.25 x 150 / 3,948" in section
+    assert '`<motor gear="150" ctrlrange="-1 1">`' in section and "`effort_limit=150`" in section
+
+
+def test_the_home_pose_of_a_degree_mjcf_is_in_radians_keyframe_included(tmp_path):
+    import math
+
+    from mjfleet.robots import HomePose
+
+    robot = outside_robot(tmp_path)
+    assert robot.default_joint_pos.tolist() == [0.5]  # 0.5 rad, not 0.5 degrees
+    assert robot.model.jnt_range[robot.model.joint("hip").id].tolist() == pytest.approx(
+        [-math.pi / 6, math.pi / 6]
+    )
+    keyed = outside_robot(tmp_path, home=HomePose(keyframe="crouch"))
+    assert keyed.default_joint_pos.tolist() == [0.5]  # the keyframe's 0.5, as radians too
+    assert "**The home pose is in radians**" in bring_your_robot_section()
+
+
+def test_an_outside_robots_own_torque_motor_is_one_line_asking_for_actuator_groups(tmp_path):
+    from mjfleet.errors import UsageError
+
+    with pytest.raises(UsageError, match="is no position servo on a joint: describe .* with ActuatorGroup"):
+        outside_robot(tmp_path, actuators=())
+
+
+def test_the_page_names_the_required_fields_and_foot_kinds_the_code_takes():
+    import dataclasses
+    import typing
+
+    from mjfleet.robots import ActuatorGroup
+    from mjfleet.robots.description import DAMPING_RATIO, NATURAL_FREQUENCY_HZ, FootKind, RobotDescription
+
+    section, page = bring_your_robot_section(), (ROOT / "docs" / "bring-your-robot.md").read_text()
+    required = [f.name for f in dataclasses.fields(ActuatorGroup) if f.default is dataclasses.MISSING]
+    assert "An `ActuatorGroup` needs " + " and ".join(f"`{name}`" for name in required) in section
+    kinds = typing.get_args(FootKind)
+    default = next(f.default for f in dataclasses.fields(RobotDescription) if f.name == "foot_kind")
+    stated = f'one of `"{kinds[0]}"` (the default), ' + ", ".join(f'`"{k}"`' for k in kinds[1:-1])
+    assert default == kinds[0] and f'{stated} or `"{kinds[-1]}"`' in page.replace("\n  ", " ")
+    assert f"2 x {DAMPING_RATIO} x armature" in section and f"f = {NATURAL_FREQUENCY_HZ:g} Hz" in section

@@ -2,24 +2,34 @@
 
 from __future__ import annotations
 
-import argparse
+import sys
+from dataclasses import dataclass
 
 from mjfleet.cli.common import user_errors
+from mjfleet.cli.parse import parse_flags
 from mjfleet.errors import UsageError
 
-
-class _Parser(argparse.ArgumentParser):
-    """argparse, its errors a UsageError (one line, exit 2) instead of its two-line usage and message."""
-
-    def error(self, message: str):
-        hint = "`tasks` takes none (a task's flags: `train <Task> --help`)"
-        raise UsageError(f"{message}: {hint}" if "unrecognized arguments" in message else message)
+PROG = "tasks"
 
 
-@user_errors("tasks")
+@dataclass
+class TasksFlags:
+    """List the tasks `train`, `play` and `bench` accept: each one's description, its default environment counts
+    on CPU and GPU, its CPU workers, and the plug-in module that registered it (docs/tasks.md)."""
+
+
+def parse_args(argv: list[str]) -> TasksFlags:
+    """No arguments (a task's own flags are `train <Task> --help`'s): anything else is a one-line UsageError."""
+    try:
+        return parse_flags(TasksFlags, argv, prog=PROG)
+    except UsageError as exc:
+        what = str(exc).removesuffix(f" (see `{PROG} --help`)")
+        raise UsageError(f"{what}: `tasks` takes none (a task's flags: `train <Task> --help`)") from None
+
+
+@user_errors(PROG)
 def main(argv: list[str] | None = None) -> None:
-    parser = _Parser(prog="tasks", description="List the tasks `train`, `play` and `bench` accept.")
-    parser.parse_args(argv)
+    parse_args(sys.argv[1:] if argv is None else list(argv))
     from mjfleet.tasks import get_task, task_names
     from mjfleet.tasks.plugins import sources
 

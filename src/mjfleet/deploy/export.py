@@ -146,8 +146,10 @@ def policy_metadata(
 def observation_slices(env, groups: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Each named observation term of the exported input: {"name", "group", "start", "stop"}, [start, stop) columns
     of the concatenated `obs` vector, from the environment's `observation_terms()` (a group it does not describe
-    is one term named after the group). ValueError when a group's terms do not add up to its size."""
+    is one term named after the group), and `"clip": [low, high]` for a term its `observation_clips()` names.
+    ValueError when a group's terms do not add up to its size."""
     described = getattr(env, "observation_terms", dict)()
+    clips = getattr(env, "observation_clips", dict)()
     slices, start = [], 0
     for group in groups:
         terms = described.get(group["name"]) or [(group["name"], group["size"])]
@@ -157,7 +159,10 @@ def observation_slices(env, groups: list[dict[str, Any]]) -> list[dict[str, Any]
                 f"observation group {group['name']!r} has {group['size']} columns but its terms name {total}"
             )
         for name, size in terms:
-            slices.append({"name": name, "group": group["name"], "start": start, "stop": start + size})
+            term = {"name": name, "group": group["name"], "start": start, "stop": start + size}
+            if name in clips:
+                term["clip"] = [float(bound) for bound in clips[name]]
+            slices.append(term)
             start += size
     return slices
 

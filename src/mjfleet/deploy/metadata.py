@@ -176,7 +176,7 @@ def mjlab_metadata(meta: dict[str, Any], run_path: str) -> dict[str, str]:
     ]
     deployment = meta.get("deployment") or {}
     commands = list((deployment.get("commands") or {}).keys())
-    clip = [[-math.inf, math.inf] if t["name"] != "height_scan" else [-1.0, 1.0] for t in terms]
+    clip = [t.get("clip", [-math.inf, math.inf]) for t in terms]  # the task's observation spec (input.terms)
     values: dict[str, Any] = {
         "run_path": run_path,
         "joint_names": joint_names,

@@ -137,6 +137,11 @@ class MujocoVecEnv(VecEnv):
         policy's metadata lists as observation slices). A group left out is one term named after the group."""
         return {}
 
+    def observation_clips(self) -> dict[str, tuple[float, float]]:
+        """The terms of `observation_terms` that are clipped, and the (low, high) each is clipped to; a term not
+        named here is not clipped. An export states these (policy.json's input.terms, mjlab's keys)."""
+        return {}
+
     @abstractmethod
     def compute_terminations(self) -> torch.Tensor:
         """Boolean (num_envs,) tensor: environments whose episode ends now (not counting time limits)."""

@@ -20,18 +20,19 @@ _loaded: dict[pathlib.Path, RobotDescription] = {}
 """Descriptions already loaded in this process, by resolved path: a file's code runs once."""
 
 
-def load_robot_file(path: str | pathlib.Path) -> RobotDescription:
+def load_robot_file(path: str | pathlib.Path, given_as: str = "--robot") -> RobotDescription:
     """The one RobotDescription `path` defines (its relative `mjcf` made absolute); UsageError when the file is
-    missing, is not Python, fails to run, or defines no description or several."""
+    missing, is not Python, fails to run, or defines no description or several. `given_as`: the argument the user
+    gave the path to, which a missing or non-Python file's message names (`--robot`, `robots show`'s `show`)."""
     file = pathlib.Path(path).expanduser().resolve()
     if file in _loaded:
         return _loaded[file]
     if not file.is_file():
         raise UsageError(
-            f"--robot: no file {path}: give the path of a Python file that defines a RobotDescription"
+            f"{given_as}: no file {path}: give the path of a Python file that defines a RobotDescription"
         )
     if file.suffix != ".py":
-        raise UsageError(f"--robot: {path} is not a Python file (.py) defining a RobotDescription")
+        raise UsageError(f"{given_as}: {path} is not a Python file (.py) defining a RobotDescription")
     name = f"mjfleet_robot_{file.stem}_{abs(hash(str(file))):x}"
     spec = importlib.util.spec_from_file_location(name, file)
     assert spec is not None and spec.loader is not None  # a .py file always has one

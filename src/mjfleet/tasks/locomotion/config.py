@@ -87,7 +87,11 @@ class HeightScanConfig:
     in_actor: bool = True
     """Also give the scan to the actor (the critic always gets it when enabled)."""
     offset: float = 0.25
-    """Values are base height - terrain height - offset, clipped to [-1, 1]: about 0 when standing on flat ground."""
+    """Values are base height - terrain height - offset, then clipped: about 0 when standing on flat ground."""
+    clip: tuple[float, float] = (-1.0, 1.0)
+    """The range each value is clipped to (m): a hole or a wall beyond it reads as the bound. Part of the
+    observation spec (`observation_clips`), so an export states it (policy.json's input.terms, mjlab's
+    observation_terms_clip)."""
 
 
 @dataclass

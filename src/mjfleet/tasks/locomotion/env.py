@@ -292,8 +292,8 @@ class LocomotionEnv(MujocoVecEnv):
         return self.height_map(xy)
 
     # ----------------------------------------------------------- observations
-    def observation_terms(self) -> dict[str, list[tuple[str, int]]]:
-        return observations.observation_terms(self)
+    observation_terms = observations.observation_terms
+    observation_clips = observations.observation_clips
 
     def compute_observations(self) -> dict[str, torch.Tensor]:
         self._update_base_state()  # environments may have just been reset

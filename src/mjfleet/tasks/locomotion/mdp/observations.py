@@ -134,6 +134,14 @@ def observation_terms(env) -> dict[str, list[tuple[str, int]]]:
     return {"actor": proprio + actor_scan, "critic": proprio + privileged + scan, "policy": policy}
 
 
+def observation_clips(env) -> dict[str, tuple[float, float]]:
+    """The clipped terms and their ranges: the height scan, where there is one (every other term is unclipped)."""
+    if env.scan_points is None:
+        return {}
+    low, high = env.cfg.height_scan.clip
+    return {"height_scan": (float(low), float(high))}
+
+
 def compute_observations(env) -> dict[str, torch.Tensor]:
     """The actor's observations (with noise) and the critic's (exact, with the privileged terms)."""
     proprio = torch.cat([value for _, value, _ in proprio_terms(env)], dim=1)
@@ -185,7 +193,8 @@ def height_scan_points(scan, rough: bool, device) -> torch.Tensor | None:
 
 
 def height_scan(env) -> torch.Tensor:
-    """(num_envs, P) base height above the terrain at the scan points, minus the offset, clipped to [-1, 1]."""
+    """(num_envs, P) base height above the terrain at the scan points, minus the offset, clipped to the config's
+    range (`observation_clips` states it)."""
     if env.scan_points is None:
         raise RuntimeError("height_scan() needs height_scan.enabled (and rough terrain)")
     qpos = env.sim.qpos
@@ -195,4 +204,5 @@ def height_scan(env) -> torch.Tensor:
     world = torch.stack((qpos[:, 0:1] + c * px - s * py, qpos[:, 1:2] + s * px + c * py), dim=-1)
     heights = env.terrain_height(world)
     scan = qpos[:, 2:3] - heights - env.cfg.height_scan.offset
-    return scan.clamp(-1.0, 1.0)
+    low, high = env.cfg.height_scan.clip
+    return scan.clamp(low, high)
