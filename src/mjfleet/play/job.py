@@ -11,6 +11,7 @@ from typing import Any
 
 from mjfleet import atomic
 from mjfleet.errors import UsageError
+from mjfleet.play.console import EpisodeBar, trouble_shares
 from mjfleet.play.live_viewer import choose_viewer, open_viewer
 from mjfleet.play.policy import PolicySource, act_fn, baseline_policy, build_checkpoint_actor, choose_policy
 from mjfleet.play.report import print_summary
@@ -28,7 +29,10 @@ from mjfleet.play.steps import (
     read_initial_state,
     start_from,
 )
+from mjfleet.progress import Progress
 from mjfleet.runs.run_dir import to_plain
+
+PROG = "play"
 
 DEFAULT_NUM_ENVS = 16
 """Environments evaluated in parallel when neither --num-envs nor --env.num-envs is given."""
@@ -91,7 +95,7 @@ def play(task_name: str, flags: Any) -> dict[str, Any]:
         if dump is not None and dump_path is not None:
             dump.write(dump_path)
         baselines = (
-            _evaluate_baselines(spec, env_cfg, device, agent_cfg.seed, flags.episodes, initial)
+            _evaluate_baselines(spec, env_cfg, device, agent_cfg.seed, flags.episodes, initial, flags.quiet)
             if flags.baselines
             else None
         )
@@ -123,6 +127,7 @@ def play(task_name: str, flags: Any) -> dict[str, Any]:
         "command": list(flags.command) if flags.command is not None else None,
         "env_settings": "play" if play_keys else "train",
         **result,
+        "trouble": trouble_shares(result),
         "baselines": baselines,
         "wall_s": time.perf_counter() - start,
         "video": str(video.path) if video is not None else None,
@@ -191,15 +196,19 @@ def _evaluate(
     viewer = open_viewer(viewer_kind, env, act, flags, task, source.checkpoint, device)
     try:
         torch.manual_seed(flags.agent.seed)  # the baselines start from the same states and commands
-        result = evaluate(
-            env,
-            viewer.policy,
-            flags.episodes,
-            frame_sink=video.write_frame if video is not None else None,
-            video_length=flags.video_length,
-            on_step=viewer.on_step,
-            start=(lambda: start_from(env, initial)) if initial is not None else None,
-        )
+        with Progress(PROG, flags.episodes, "episodes", quiet=flags.quiet) as bar:
+            episodes = EpisodeBar(bar, flags.episodes)
+            result = evaluate(
+                env,
+                viewer.policy,
+                flags.episodes,
+                frame_sink=video.write_frame if video is not None else None,
+                video_length=flags.video_length,
+                on_step=viewer.on_step,
+                start=(lambda: start_from(env, initial)) if initial is not None else None,
+                progress=None if flags.quiet else episodes,
+            )
+            episodes.finish(result)
     except BaseException:
         if video is not None:
             video.abort()
@@ -214,7 +223,13 @@ def _evaluate(
 
 
 def _evaluate_baselines(
-    spec: Any, env_cfg: Any, device: str, seed: int, episodes: int, initial: InitialState | None = None
+    spec: Any,
+    env_cfg: Any,
+    device: str,
+    seed: int,
+    episodes: int,
+    initial: InitialState | None = None,
+    quiet: bool = False,
 ) -> dict[str, Any]:
     """Zero and random actions, each in a fresh environment seeded as the first: the same per-environment physics
     draws, pushes, initial states (--initial-state's too) and commands (the random policy draws from a generator of
@@ -230,5 +245,10 @@ def _evaluate_baselines(
         policy = baseline_policy(name, baseline_env, seed)
         torch.manual_seed(seed)
         start = (lambda e=baseline_env: start_from(e, initial)) if initial is not None else None
-        baselines[name] = evaluate(baseline_env, policy, episodes, start=start)
+        with Progress(f"{PROG} baseline {name}", episodes, "episodes", quiet=quiet) as bar:
+            shown = EpisodeBar(bar, episodes)
+            baselines[name] = evaluate(
+                baseline_env, policy, episodes, start=start, progress=None if quiet else shown
+            )
+            shown.finish(baselines[name])
     return baselines
