@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import pathlib
@@ -16,6 +15,7 @@ from mjfleet.play.live_viewer import choose_viewer, open_viewer
 from mjfleet.play.policy import PolicySource, act_fn, baseline_policy, build_checkpoint_actor, choose_policy
 from mjfleet.play.report import print_summary
 from mjfleet.play.settings import (
+    applied_env_cfg,
     fix_command,
     notice_differences,
     play_setting_keys,
@@ -30,7 +30,6 @@ from mjfleet.play.steps import (
     start_from,
 )
 from mjfleet.progress import Progress
-from mjfleet.runs.run_dir import to_plain
 
 PROG = "play"
 
@@ -136,13 +135,48 @@ def play(task_name: str, flags: Any) -> dict[str, Any]:
         "action_percentiles": recorder.percentiles(*flags.action_percentiles) if recorder else None,
         "initial_state": flags.initial_state,
         "dumped": {"path": str(dump_path), "steps": len(dump.rows)} if dump is not None else None,
-        "env_cfg": to_plain(dataclasses.asdict(env_cfg)),
+        "env_cfg": applied_env_cfg(env_cfg, env),
     }
+    if baselines is None:  # an earlier --baselines at this output, evaluated as these would be, stays
+        summary["baselines"] = kept_baselines(output, summary, flags.episodes)
     atomic.write_text(output, json.dumps(summary, indent=2) + "\n")
     print_summary(summary, source.label, output)
     if export_error is not None:
         raise export_error
     return summary
+
+
+BASELINE_CONDITIONS = (
+    "task",
+    "num_envs",
+    "device",
+    "seed",
+    "command",
+    "env_settings",
+    "initial_state",
+    "env_cfg",
+)
+"""What the zero and random baselines depend on (not the checkpoint): equal, an earlier evaluation's still hold."""
+
+
+def kept_baselines(output: pathlib.Path, summary: dict[str, Any], episodes: int) -> dict[str, Any] | None:
+    """The baselines an earlier `play --baselines` wrote to `output`, when they were evaluated under this
+    evaluation's conditions (`BASELINE_CONDITIONS`, and as many episodes): `play --export` after `play
+    --baselines` keeps the table instead of dropping it. None when there are none or they do not fit."""
+    try:
+        previous = json.loads(output.read_text())
+        baselines = previous["baselines"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if not isinstance(baselines, dict) or not baselines:
+        return None
+    now = json.loads(json.dumps({k: summary[k] for k in BASELINE_CONDITIONS}))  # tuples as the file has them
+    if any(previous.get(k) != v for k, v in now.items()):
+        return None
+    if any(not isinstance(b, dict) or b.get("episodes") != episodes for b in baselines.values()):
+        return None
+    print(f"baselines: kept from the earlier evaluation in {output} (same seed, episodes and settings)")
+    return baselines
 
 
 def play_device(gpu_ids: tuple[str, ...]) -> str:
