@@ -63,6 +63,21 @@ def test_train_task_help_lists_that_tasks_env_and_agent_flags(capsys):
         assert flag in out, flag
 
 
+@pytest.mark.parametrize("command", ["train", "play", "bench"])
+def test_help_of_a_task_that_takes_a_robot_needs_no_robot(command, capsys):
+    """`<command> Velocity-Flat --help` lists the task's flags over an example robot's defaults and says so; without
+    --help the same command still asks for --robot (tests/test_robot_file.py)."""
+    from mjfleet.tasks import task_names
+
+    code, out, err = run_main(command, "Velocity-Flat", "--help", capsys=capsys)
+    assert code == 0, err
+    assert f"usage: {command} Velocity-Flat" in out and "--robot" in out
+    assert "--env.commands.lin-vel-x" in out and "Defaults shown: those of a Unitree Go1" in " ".join(
+        out.split()
+    )
+    assert not any(name.startswith("Velocity-Flat:") for name in task_names())  # nothing registered for it
+
+
 def test_unknown_task_names_the_closest_tasks():
     assert_one_line_usage_error(run_cli("train", "Cartpole-Balanse"), "unknown task", "Cartpole-Balance")
 

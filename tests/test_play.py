@@ -457,7 +457,8 @@ def test_an_export_that_cannot_be_made_is_one_line_and_exit_2_and_the_evaluation
     monkeypatch.setattr(metadata, "MODEL_TOLERANCE", -1.0)
     monkeypatch.setenv("MUJOCO_GL", os.environ.get("MUJOCO_GL", "egl"))  # no backend probe in-process
     with pytest.raises(SystemExit) as exit_info:
-        main(["Cartpole-Balance", "--export", "--episodes", "2", "--num-envs", "2"])
+        # --quiet: no progress lines beside the error's
+        main(["Cartpole-Balance", "--export", "--episodes", "2", "--num-envs", "2", "--quiet"])
     out, err = capsys.readouterr()
     lines = [line for line in err.strip().splitlines() if line.strip()]
     assert exit_info.value.code == 2 and len(lines) == 1, err

@@ -72,6 +72,7 @@ def evaluate(
     video_length: int = 0,
     on_step: Callable[[], bool] | None = None,
     start: Callable[[], Any] | None = None,
+    progress: Callable[[torch.Tensor, torch.Tensor], None] | None = None,
 ) -> dict[str, Any]:
     """Reset `env`, run `policy(obs) -> actions` until every environment finished ceil(episodes / num_envs)
     episodes, and summarise.
@@ -90,6 +91,9 @@ def evaluate(
     `reset` (a recurrent actor's hidden state) is reset with the environments and after each step for the
     environments whose episode ended. `start()`, if given, is called after the reset and returns the observations
     to begin from instead (it has put the environments in a state of its own: `play --initial-state`).
+    `progress(count, returns)`, if given, is called after each step of the evaluation with the device tensors of
+    episodes recorded per environment and their returns (column k: each environment's k-th episode); it reads
+    them when it wants to, so that an evaluation nobody watches waits on nothing more (`play`'s bar).
     """
     if episodes < 1:
         raise ValueError(f"episodes must be >= 1, got {episodes}")
@@ -154,6 +158,8 @@ def evaluate(
                 else:
                     _accumulate(count_sums, key, value)
             steps += 1
+            if progress is not None:
+                progress(count, returns)
             if on_step is not None and not on_step():
                 stopped = True
 

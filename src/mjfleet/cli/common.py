@@ -121,6 +121,35 @@ def robot_flag(args: list[str]) -> str | None:
     return None
 
 
+EXAMPLE_DEFAULTS = (
+    "Defaults shown: those of a Unitree Go1 (`robots show unitree-go1`); with --robot FILE, your robot's."
+)
+
+
+def wants_help(args: list[str]) -> bool:
+    """Whether `args` ask for help (-h/--help before a `--`)."""
+    for arg in args:
+        if arg == "--":
+            return False
+        if arg in ("-h", "--help"):
+            return True
+    return False
+
+
+def help_spec(template: Any) -> Any:
+    """A task that takes a robot (`--robot FILE`), for its --help without one: its flags over the defaults of an
+    example robot, mjfleet's Unitree Go1 with the reward recipe a robot file gets by default, so that every flag
+    is listed; the description says whose defaults they are. Nothing is registered or fetched."""
+    from mjfleet.robots.unitree_go1 import UNITREE_GO1
+
+    example = dataclasses.replace(UNITREE_GO1, recipe=None)
+    return dataclasses.replace(
+        template.for_robot(example),
+        name=template.name,
+        description=f"{template.description} {EXAMPLE_DEFAULTS}",
+    )
+
+
 def with_task_configs(base: type, env_default: Any, agent_default: Any, name: str) -> type:
     """A dataclass type = `base` + `env` and `agent` fields typed as this task's own config classes.
 
@@ -167,7 +196,11 @@ def parse_task_command(
     robot = robot_flag(rest)
     if robot is not None and "robot" not in {f.name for f in dataclasses.fields(flags_base)}:
         raise UsageError(f"`{prog}` does not take --robot (train, play and bench do)")
-    spec = task_for_robot(spec, robot)
+    if robot is None and spec.for_robot is not None and wants_help(rest):
+        spec = help_spec(spec)
+        description = f"{description} {EXAMPLE_DEFAULTS}" if description else None
+    else:
+        spec = task_for_robot(spec, robot)
 
     def parse(on_cpu: bool) -> Any:
         env_default = env_defaults(spec) if env_defaults is not None else spec.env_config()

@@ -109,6 +109,9 @@ class PlayFlags:
     qvel and the step of the episode, as .npz arrays or .jsonl lines (docs/deploy.md). Needs a trained policy."""
     dump_steps: int = 50
     """Steps --dump-actions records (fewer when the evaluation ends first)."""
+    quiet: bool = False
+    """No progress (the episodes done of N, on a terminal a bar, in a log a line every 30 s); the report at the end
+    is printed all the same."""
     train_env: bool = False
     """Evaluate with the training env settings. Default: the task's play settings where it has them (locomotion:
     no pushes, no observation noise, nominal friction and mass), so that play measures the policy, not the

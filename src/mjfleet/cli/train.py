@@ -245,6 +245,17 @@ def main(argv: list[str] | None = None) -> None:
     )
 
 
+def _remove_if_empty(run_dir: RunDir) -> None:
+    """A run that failed before writing anything leaves nothing: its directory, and the experiment's folder and
+    the logs root when this run made them (they are empty then)."""
+    run_dir.remove_if_empty()
+    for folder in run_dir.path.parents[:2]:
+        try:
+            folder.rmdir()
+        except OSError:  # not empty (other runs), or not there
+            return
+
+
 def _run_and_report(
     job: TrainJob, argv: list[str], run: Callable[[], dict[str, Any]], is_main: bool = True
 ) -> None:
@@ -257,14 +268,16 @@ def _run_and_report(
         signum = getattr(exc, "signum", signal.SIGINT)
         if is_main:
             _report_interrupt(job, argv, signum)
-            job.run_dir.remove_if_empty()  # stopped while Python modules were still importing: nothing written
+            _remove_if_empty(
+                job.run_dir
+            )  # stopped while Python modules were still importing: nothing written
             requeued = requeue_before_time_limit(signum)  # Slurm's time-limit warning (SIGUSR1)
             if requeued is not None:
                 print(f"{PROG}: {requeued}", file=sys.stderr, flush=True)
         raise SystemExit(128 + signum) from None
     except BaseException:
         if is_main:
-            job.run_dir.remove_if_empty()
+            _remove_if_empty(job.run_dir)
         raise
     if not is_main:
         return

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import pathlib
@@ -11,10 +10,12 @@ from typing import Any
 
 from mjfleet import atomic
 from mjfleet.errors import UsageError
+from mjfleet.play.console import EpisodeBar, trouble_shares
 from mjfleet.play.live_viewer import choose_viewer, open_viewer
 from mjfleet.play.policy import PolicySource, act_fn, baseline_policy, build_checkpoint_actor, choose_policy
 from mjfleet.play.report import print_summary
 from mjfleet.play.settings import (
+    applied_env_cfg,
     fix_command,
     notice_differences,
     play_setting_keys,
@@ -28,7 +29,9 @@ from mjfleet.play.steps import (
     read_initial_state,
     start_from,
 )
-from mjfleet.runs.run_dir import to_plain
+from mjfleet.progress import Progress
+
+PROG = "play"
 
 DEFAULT_NUM_ENVS = 16
 """Environments evaluated in parallel when neither --num-envs nor --env.num-envs is given."""
@@ -91,7 +94,7 @@ def play(task_name: str, flags: Any) -> dict[str, Any]:
         if dump is not None and dump_path is not None:
             dump.write(dump_path)
         baselines = (
-            _evaluate_baselines(spec, env_cfg, device, agent_cfg.seed, flags.episodes, initial)
+            _evaluate_baselines(spec, env_cfg, device, agent_cfg.seed, flags.episodes, initial, flags.quiet)
             if flags.baselines
             else None
         )
@@ -123,6 +126,7 @@ def play(task_name: str, flags: Any) -> dict[str, Any]:
         "command": list(flags.command) if flags.command is not None else None,
         "env_settings": "play" if play_keys else "train",
         **result,
+        "trouble": trouble_shares(result),
         "baselines": baselines,
         "wall_s": time.perf_counter() - start,
         "video": str(video.path) if video is not None else None,
@@ -131,13 +135,48 @@ def play(task_name: str, flags: Any) -> dict[str, Any]:
         "action_percentiles": recorder.percentiles(*flags.action_percentiles) if recorder else None,
         "initial_state": flags.initial_state,
         "dumped": {"path": str(dump_path), "steps": len(dump.rows)} if dump is not None else None,
-        "env_cfg": to_plain(dataclasses.asdict(env_cfg)),
+        "env_cfg": applied_env_cfg(env_cfg, env),
     }
+    if baselines is None:  # an earlier --baselines at this output, evaluated as these would be, stays
+        summary["baselines"] = kept_baselines(output, summary, flags.episodes)
     atomic.write_text(output, json.dumps(summary, indent=2) + "\n")
     print_summary(summary, source.label, output)
     if export_error is not None:
         raise export_error
     return summary
+
+
+BASELINE_CONDITIONS = (
+    "task",
+    "num_envs",
+    "device",
+    "seed",
+    "command",
+    "env_settings",
+    "initial_state",
+    "env_cfg",
+)
+"""What the zero and random baselines depend on (not the checkpoint): equal, an earlier evaluation's still hold."""
+
+
+def kept_baselines(output: pathlib.Path, summary: dict[str, Any], episodes: int) -> dict[str, Any] | None:
+    """The baselines an earlier `play --baselines` wrote to `output`, when they were evaluated under this
+    evaluation's conditions (`BASELINE_CONDITIONS`, and as many episodes): `play --export` after `play
+    --baselines` keeps the table instead of dropping it. None when there are none or they do not fit."""
+    try:
+        previous = json.loads(output.read_text())
+        baselines = previous["baselines"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if not isinstance(baselines, dict) or not baselines:
+        return None
+    now = json.loads(json.dumps({k: summary[k] for k in BASELINE_CONDITIONS}))  # tuples as the file has them
+    if any(previous.get(k) != v for k, v in now.items()):
+        return None
+    if any(not isinstance(b, dict) or b.get("episodes") != episodes for b in baselines.values()):
+        return None
+    print(f"baselines: kept from the earlier evaluation in {output} (same seed, episodes and settings)")
+    return baselines
 
 
 def play_device(gpu_ids: tuple[str, ...]) -> str:
@@ -191,15 +230,19 @@ def _evaluate(
     viewer = open_viewer(viewer_kind, env, act, flags, task, source.checkpoint, device)
     try:
         torch.manual_seed(flags.agent.seed)  # the baselines start from the same states and commands
-        result = evaluate(
-            env,
-            viewer.policy,
-            flags.episodes,
-            frame_sink=video.write_frame if video is not None else None,
-            video_length=flags.video_length,
-            on_step=viewer.on_step,
-            start=(lambda: start_from(env, initial)) if initial is not None else None,
-        )
+        with Progress(PROG, flags.episodes, "episodes", quiet=flags.quiet) as bar:
+            episodes = EpisodeBar(bar, flags.episodes)
+            result = evaluate(
+                env,
+                viewer.policy,
+                flags.episodes,
+                frame_sink=video.write_frame if video is not None else None,
+                video_length=flags.video_length,
+                on_step=viewer.on_step,
+                start=(lambda: start_from(env, initial)) if initial is not None else None,
+                progress=None if flags.quiet else episodes,
+            )
+            episodes.finish(result)
     except BaseException:
         if video is not None:
             video.abort()
@@ -214,7 +257,13 @@ def _evaluate(
 
 
 def _evaluate_baselines(
-    spec: Any, env_cfg: Any, device: str, seed: int, episodes: int, initial: InitialState | None = None
+    spec: Any,
+    env_cfg: Any,
+    device: str,
+    seed: int,
+    episodes: int,
+    initial: InitialState | None = None,
+    quiet: bool = False,
 ) -> dict[str, Any]:
     """Zero and random actions, each in a fresh environment seeded as the first: the same per-environment physics
     draws, pushes, initial states (--initial-state's too) and commands (the random policy draws from a generator of
@@ -230,5 +279,10 @@ def _evaluate_baselines(
         policy = baseline_policy(name, baseline_env, seed)
         torch.manual_seed(seed)
         start = (lambda e=baseline_env: start_from(e, initial)) if initial is not None else None
-        baselines[name] = evaluate(baseline_env, policy, episodes, start=start)
+        with Progress(f"{PROG} baseline {name}", episodes, "episodes", quiet=quiet) as bar:
+            shown = EpisodeBar(bar, episodes)
+            baselines[name] = evaluate(
+                baseline_env, policy, episodes, start=start, progress=None if quiet else shown
+            )
+            shown.finish(baselines[name])
     return baselines

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import pathlib
+import sys
 from typing import Any
+
+from mjfleet.play.console import trouble_line, trouble_warnings
 
 
 def print_summary(summary: dict[str, Any], label: str, output: pathlib.Path) -> None:
@@ -37,6 +40,11 @@ def print_summary(summary: dict[str, Any], label: str, output: pathlib.Path) -> 
         print("metrics (mean over steps): " + "  ".join(terms))
     ended = ", ".join(f"{cause} {n}" for cause, n in summary["terminations"].items())
     print(f"episodes ended: {summary['episodes_ended']} ({ended})")
+    trouble = trouble_line(summary)
+    if trouble:
+        print(f"physics trouble: {trouble}")
+    for line in trouble_warnings(summary):
+        print(line, file=sys.stderr, flush=True)
     if summary["baselines"]:
         print(comparison_table({"trained": summary, **summary["baselines"]}))
     if summary["action_percentiles"]:

@@ -26,6 +26,31 @@ def print_play_settings(task: str, env_cfg: Any, keys: set[str]) -> None:
     )
 
 
+def applied_env_cfg(env_cfg: Any, env: Any) -> dict[str, Any]:
+    """`env_cfg` as eval.json records it: what the environment applied. A described robot's actions are scaled per
+    joint by its description (`BuiltRobot.action_scale`), not by the config's `action_scale` and
+    `scale_actions_by_servo`: those two then say what the environment did, `action_scale` one number per joint
+    (the env's `joint_action_scale`) and `scale_actions_by_servo` whether each joint's scale is one factor of its
+    servo's effort limit / kp (the rule a description without an action_scale of its own gets)."""
+    plain = to_plain(dataclasses.asdict(env_cfg))
+    scale = getattr(env, "joint_action_scale", None)
+    built = getattr(env, "built", None)
+    if scale is None or "action_scale" not in plain:
+        return plain
+    per_joint = [float(s) for s in scale.detach().cpu().tolist()]
+    plain["action_scale"] = per_joint
+    if built is not None and "scale_actions_by_servo" in plain:
+        servo = [float(e) / float(k) for e, k in zip(built.effort_limit, built.kp, strict=True)]
+        factors = [s / v for s, v in zip(per_joint, servo, strict=True)]
+        proportional = max(factors) - min(factors) <= 1e-6 * max(abs(f) for f in factors)
+        uniform = max(per_joint) - min(per_joint) <= 1e-6 * max(per_joint)
+        # where every servo has the same effort / kp both rules give one number: the config says which it was
+        plain["scale_actions_by_servo"] = proportional and (
+            not uniform or bool(env_cfg.scale_actions_by_servo)
+        )
+    return plain
+
+
 def fix_command(env_cfg: Any, command: tuple[float, float, float], task: str) -> None:
     """--command: the same velocity command in every episode, for tasks that take one."""
     commands = getattr(env_cfg, "commands", None)

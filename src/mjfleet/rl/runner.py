@@ -22,7 +22,7 @@ from mjfleet.rl.config import AgentConfig
 from mjfleet.rl.episode_stats import EpisodeStats
 from mjfleet.rl.stop import StopRequest
 from mjfleet.rl.update_threads import UpdateThreads
-from mjfleet.runs.console import format_iteration
+from mjfleet.runs.console import IterationConsole
 from mjfleet.runs.metrics import MetricsWriter
 from mjfleet.runs.run_dir import RunDir, to_plain
 
@@ -177,7 +177,7 @@ class FleetRunner:
         same_device = torch.device(env.device) == torch.device(self.device)
         start_it = self.current_learning_iteration
         total_it = start_it + num_learning_iterations
-        train_start = time.perf_counter()
+        console = IterationConsole(start_it, total_it, steps_per_iteration, self.log_format)
         video, on_step = self.hooks.video, self.hooks.on_step
         # The environment's training clock (its penalty curriculum), when it has one.
         set_progress = getattr(env, "set_training_progress", None)
@@ -228,9 +228,7 @@ class FleetRunner:
             if self.hooks.on_iteration is not None:
                 self.hooks.on_iteration(record)
             if self.ctx.is_main:
-                done = it + 1 - start_it
-                eta = (time.perf_counter() - train_start) / done * (total_it - it - 1)
-                print(format_iteration(record, total_it, eta, self.log_format), flush=True)
+                console.show(record)
                 if self.metrics is not None:
                     self.metrics.write(record, stats.recent)
                 self._publish_videos(it)

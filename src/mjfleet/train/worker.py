@@ -44,16 +44,16 @@ def train(job: TrainJob, ctx: WorkerContext) -> dict[str, Any]:
     spec = get_task(job.task)
     num_envs = job.env.num_envs
     assert num_envs is not None  # resolve() filled in the device default
-    if ctx.is_main:
-        print(
-            f"{job.task}: {ctx.world_size} worker{'s' if ctx.world_size > 1 else ''} x {num_envs} envs = "
-            f"{ctx.world_size * num_envs} envs on {job.plan.describe()}; run dir {job.run_dir.path}",
-            flush=True,
-        )
     # From here on a signal asks for a clean stop after the current iteration (one iteration at least runs).
     stop = StopRequest(abort_on_repeat=job.plan.in_process, announce=ctx.is_main)
     with stop, wp.ScopedDevice(ctx.device), compile_notices(ctx.is_main):
-        env = spec.make_env(job.env, ctx.device)
+        env = _make_env(spec, job, ctx.device)
+        if ctx.is_main:  # only once the environment stands: a model that cannot be simulated names no run dir
+            print(
+                f"{job.task}: {ctx.world_size} worker{'s' if ctx.world_size > 1 else ''} x {num_envs} envs = "
+                f"{ctx.world_size * num_envs} envs on {job.plan.describe()}; run dir {job.run_dir.path}",
+                flush=True,
+            )
         hooks = JobHooks(job, ctx, spec, env)
         runner = FleetRunner(
             env,
@@ -95,6 +95,17 @@ def train(job: TrainJob, ctx: WorkerContext) -> dict[str, Any]:
         "mean_episode_length": record.get("mean_episode_length"),
         "run_dir": str(job.run_dir.path),
     }
+
+
+def _make_env(spec, job: TrainJob, device: str):
+    """The job's environment. A model MuJoCo-Warp cannot simulate (a robot file's solver, integrator, actuator or
+    geom type it lacks: mujoco_warp.put_model's NotImplementedError) is the user's to change: a UsageError."""
+    from mjfleet.errors import UsageError, first_line
+
+    try:
+        return spec.make_env(job.env, device)
+    except NotImplementedError as exc:
+        raise UsageError(f"{job.task}: MuJoCo-Warp cannot simulate this model: {first_line(exc)}") from None
 
 
 def _write_run_params(job: TrainJob, ctx: WorkerContext, reducer: str | None, start_iteration: int) -> None:
