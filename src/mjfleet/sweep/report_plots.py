@@ -3,6 +3,7 @@ parameters' importances (Optuna's PED-ANOVA evaluator: no extra dependency, work
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -74,9 +75,11 @@ def plot_importances(study: Any, path: Path) -> str | None:
     import optuna
 
     try:
-        importances = optuna.importance.get_param_importances(
-            study, evaluator=optuna.importance.PedAnovaImportanceEvaluator()
-        )
+        with warnings.catch_warnings():  # "importances will be equal": the figure shows that, the log need not
+            warnings.simplefilter("ignore", UserWarning)
+            importances = optuna.importance.get_param_importances(
+                study, evaluator=optuna.importance.PedAnovaImportanceEvaluator()
+            )
     except (RuntimeError, ValueError):  # fewer completed trials or distinct values than it needs
         return None
     if not importances:
