@@ -6,9 +6,9 @@ import pathlib
 SRC = pathlib.Path(__file__).resolve().parents[1] / "src" / "mjfleet"
 
 LAYERS = [
-    # shared helpers (atomic: the one way to replace a file; ranking: which evaluated policy is best; progress:
-    # long commands' bars and log lines); model files
-    {"errors", "environ", "atomic", "lazy", "progress", "ranking", "signals", "timing", "warp_log", "assets"},
+    # shared helpers (atomic: the one way to replace a file; ranking: which evaluated policy is best); model files
+    {"errors", "environ", "atomic", "lazy", "ranking", "signals", "timing", "warp_log", "assets"},
+    {"progress", "address"},  # long work's bar and lines; a local page's address line (they raise UsageError)
     {"sim", "robots"},  # robots/: a robot described as data, built into a MuJoCo model; its fetched files
     {"envs"},
     {"fleet", "runs"},  # the worker runtime (context, reducers, liveness) and rank 0's outputs, under rl/

@@ -1,10 +1,15 @@
 """`sweep`'s parts that need no training: parameters and their distributions, the objective, bad input (one line,
 exit 2, before any trial), the study as a queue of configurations and seeds, recovery of interrupted trials, and
-the report's statistics (IQM and the bootstrap interval) and ranking."""
+the report's statistics (IQM and the bootstrap interval), ranking and plots, and the dashboard's address."""
 
 from __future__ import annotations
 
 import json
+import re
+import socket
+import threading
+import urllib.request
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -310,3 +315,96 @@ def test_an_evaluation_command_for_a_task_without_commands_is_refused_before_any
     assert_usage_exit(
         exit_info, capsys.readouterr().err, "--eval-command: Cartpole-Balance takes no velocity command"
     )
+
+
+@NEEDS_OPTUNA
+def test_a_configuration_with_one_completed_seed_says_it_has_no_interval():
+    study = optuna.create_study(direction="maximize")
+    for t in [_trial(1e-3, 0, 0, 200.0), _trial(1e-3, 0, 1, 210.0), _trial(3e-3, 2, 0, 150.0)]:
+        study.add_trial(t)
+    ranked = collect(study, parse_objective("mean_return", "auto"))
+    assert ranked[1].config == 2 and ranked[1].ci is None and ranked[1].as_dict()["ci95"] is None
+    rows = ranking_table(ranked, parse_objective("mean_return", "auto")).splitlines()[5:7]
+    assert rows[0].split(" | ")[3].startswith("[") and rows[1].split(" | ")[3] == "1 seed: no interval"
+
+
+def test_the_old_spelling_of_ppo_flags_is_taken_and_the_sweep_records_the_new_one(tmp_path):
+    old = [*TINY, "--param", "agent.algorithm.learning-rate=loguniform:1e-4:1e-2",
+           "--param=agent.algorithm.entropy-coef=uniform:0:0.01", "--", "--agent.algorithm.schedule", "fixed"]  # fmt: skip
+    new = sweep_cli.current_spelling(old)
+    assert new == [*TINY, "--param", f"{LR}=loguniform:1e-4:1e-2", "--param=agent.ppo.entropy-coef=uniform:0:0.01",
+                   "--", "--agent.ppo.schedule", "fixed"]  # fmt: skip
+    if optuna is None:
+        return
+    plan, _, fixed = sweep_cli.check_only([*new[:-3], "--sweep-dir", str(tmp_path), *new[-3:]])
+    assert [p.path for p in plan.spec.params] == [LR, "agent.ppo.entropy-coef"]
+    assert fixed == ["--agent.ppo.schedule", "fixed"]
+
+
+@NEEDS_OPTUNA
+def test_report_md_shows_its_plots_by_links_relative_to_itself(tmp_path):
+    from mjfleet.sweep.report import write_report
+
+    study = optuna.create_study(direction="maximize")
+    for config, lr, values in [(0, 1e-3, (200.0, 210.0)), (2, 3e-3, (150.0, 120.0))]:
+        for seed, value in enumerate(values):
+            run_dir = tmp_path / "runs" / f"c{config}_s{seed}"
+            run_dir.mkdir(parents=True)
+            lines = [
+                {"iteration": i, "env_steps": 512 * (i + 1), "mean_return": value * i / 9} for i in range(10)
+            ]
+            (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
+            t = _trial(lr, config, seed, value)
+            t.user_attrs["run_dir"] = str(run_dir)
+            study.add_trial(t)
+    write_report(study, parse_objective("mean_return", "auto"), tmp_path, "uv run sweep ...")
+    report = tmp_path / "report" / "report.md"
+    links = re.findall(r"!\[([^]]+)\]\(([^)]+)\)", report.read_text())
+    assert ("learning curves", "learning_curves.png") in links
+    for _, target in links:
+        assert not Path(target).is_absolute() and (report.parent / target).stat().st_size > 5_000
+
+
+def test_the_dashboard_holds_the_port_it_bound_and_moves_past_a_busy_one():
+    from mjfleet.sweep.dashboard import listen
+
+    def app(environ, start_response):
+        start_response("200 OK", [("Content-Type", "text/plain")])
+        return [b"study"]
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        taken = busy.getsockname()[1]
+        server = listen("127.0.0.1", taken, app)
+        try:
+            assert server.server_port != taken
+            with (
+                socket.socket() as other,
+                pytest.raises(OSError),
+            ):  # held from the bind on: no one else gets it
+                other.bind(("127.0.0.1", server.server_port))
+            served = threading.Thread(target=server.handle_request)
+            served.start()
+            with urllib.request.urlopen(f"http://127.0.0.1:{server.server_port}/", timeout=30) as reply:
+                assert reply.read() == b"study"
+            served.join(timeout=30)
+        finally:
+            server.server_close()
+    any_port = listen("127.0.0.1", 0, app)  # 0: the one the system gives, read back
+    try:
+        assert any_port.server_port > 0
+    finally:
+        any_port.server_close()
+
+
+def test_the_viewer_and_the_dashboard_say_their_address_with_one_helper():
+    from mjfleet.address import address_line, exposure_warning
+    from mjfleet.sweep import dashboard
+    from mjfleet.viewers import scene
+
+    assert scene.viewer_address_line is address_line and dashboard.address_line is address_line
+    line = address_line("127.0.0.1", 8081)
+    assert line.startswith("open http://127.0.0.1:8081 (from another machine: ssh -L 8081:127.0.0.1:8081 ")
+    assert exposure_warning("127.0.0.1", "the dashboard", "read the study") is None
+    assert scene.exposure_warning("0.0.0.0").startswith("warning: the viewer listens on 0.0.0.0")

@@ -17,7 +17,7 @@ from pathlib import Path
 import psutil
 import pytest
 import yaml
-from helpers import needs_infrastructure, poll, require_infrastructure, run_cli
+from helpers import needs_infrastructure, poll, require_infrastructure, run_cli, run_in_terminal
 
 try:
     import optuna
@@ -203,6 +203,54 @@ def test_ctrl_c_stops_the_sweep_cleanly_and_resume_continues_its_trials_from_the
         )  # continued, not restarted
         assert max(int(p.stem.split("_")[1]) for p in run_dir.glob("model_[0-9]*.pt")) == 80
     assert [c["seeds_completed"] for c in report_of(sweep_dir)["configurations"]] == [1, 1]
+
+
+def test_in_a_terminal_the_bar_counts_trials_and_ctrl_c_gives_the_cursor_back_and_a_log_resumes_it(tmp_path):
+    """One trial, under a pseudo-terminal: the bar (redrawn, its running trial's iteration and return), Ctrl-C
+    during it (the trial saves a checkpoint, the cursor comes back), then `--resume` through a pipe: plain lines,
+    no escape codes. The parameter is given in its old spelling, which the study records in the new."""
+    sweep_dir = tmp_path / "sweep"
+    argv = [str(BIN / "sweep"), "Cartpole-Balance", "--param", "agent.algorithm.learning-rate=choice:1e-3",
+            "--trials", "1", "--iterations", "40", "--gpu-ids", "None", "--slots", "1", "--sweep-dir",
+            str(sweep_dir), *EVAL, *TRAIN_FLAGS]  # fmt: skip
+    code, out = run_in_terminal(
+        argv, env={"PYTHONUNBUFFERED": "1"}, timeout=NO_HANG_S, interrupt_after="it 2/40"
+    )
+    assert code == 130, out[-3000:]
+    # redrawn in place, with the running trial's iteration
+    assert "\r" in out and "1 running, 0 left; trial 0 it " in out
+    hidden, shown = out.rfind("\x1b[?25l"), out.rfind("\x1b[?25h")
+    assert hidden != -1 and shown > hidden, "the bar hid the cursor and did not show it again"
+    assert "trial 0 (config 0, seed 0) on cpu0: interrupted" in out and "sweep --resume" in out
+    (stopped,) = study_of(sweep_dir).get_trials()
+    assert stopped.user_attrs["interrupted"] and list(stopped.params) == [LR]
+    assert list(Path(stopped.user_attrs["run_dir"]).glob("model_*.pt")), (
+        "train saved no checkpoint when stopped"
+    )
+
+    resumed = run_cli("sweep", "--resume", str(sweep_dir), cwd=tmp_path, timeout=NO_HANG_S)
+    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
+    lines = resumed.stdout.splitlines()
+    assert "sweep: 0 of 1 trials, 0 s" in lines and any(
+        line.startswith("sweep: 1 of 1 trials") for line in lines
+    )
+    assert any(line.startswith("sweep: trial 1 (config 0, seed 0) on cpu0: mean_return ") for line in lines)
+    for text in (resumed.stdout, resumed.stderr):
+        assert "\r" not in text and "\x1b" not in text
+    assert [t.state.name for t in study_of(sweep_dir).get_trials()] == ["FAIL", "COMPLETE"]
+
+
+def test_quiet_prints_only_each_trials_line_and_the_summary(tmp_path):
+    sweep_dir = tmp_path / "sweep"
+    result = run_cli(
+        "sweep", "Cartpole-Balance", "--trials", "1", "--iterations", "2", "--gpu-ids", "None", "--slots", "1",
+        "--sweep-dir", str(sweep_dir), "--quiet", *EVAL, *TRAIN_FLAGS, cwd=tmp_path, timeout=NO_HANG_S,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    sweep_lines = [line for line in result.stdout.splitlines() if line.startswith("sweep:")]
+    assert len(sweep_lines) == 2 and sweep_lines[0].startswith("sweep: trial 0 (config 0, seed 0) on cpu0: ")
+    assert sweep_lines[1] == f"sweep: report written to {sweep_dir / 'report'}"
+    assert "--quiet" not in json.loads((sweep_dir / "sweep.json").read_text())["argv"]
 
 
 CHROMIUM = "/usr/bin/chromium"

@@ -1,7 +1,7 @@
 """`uv run sweep <Task> [flags] [-- train flags]`: a hyperparameter sweep and its seeds, with Optuna, on this
 machine's CPU or GPUs, on hosts over ssh, or in a Slurm allocation or array (docs/sweeps.md).
 
-  sweep --resume <dir>      continue a stopped sweep
+  sweep --resume <dir> [--quiet]   continue a stopped sweep
   sweep --report <dir>      write its report again
   sweep --dashboard <dir>   optuna-dashboard on 127.0.0.1
 """
@@ -17,6 +17,7 @@ from typing import Annotated, Any, Literal
 
 import tyro
 
+from mjfleet.cli.aliases import renamed_flags
 from mjfleet.cli.common import command_argv, split_task, user_errors
 from mjfleet.cli.parse import parse_flags
 from mjfleet.errors import UsageError
@@ -25,9 +26,9 @@ PROG = "sweep"
 USAGE = """usage: sweep <Task> --param PATH=DIST [--param ...] [flags] [-- train flags]
 
 Sweep train's flags with Optuna; every trial is an ordinary run, judged by play's evaluation.
-  sweep Cartpole-Balance --param agent.algorithm.learning-rate=loguniform:1e-4:1e-2 --trials 8 --seeds 3 --iterations 50
+  sweep Cartpole-Balance --param agent.ppo.learning-rate=loguniform:1e-4:1e-2 --trials 8 --seeds 3 --iterations 50
   sweep Cartpole-Balance --param env.rewards.alive=choice:0.5,1,2 --gpu-ids None --slots 2 -- --num-envs 64
-  sweep --resume sweeps/Cartpole-Balance/<time>       continue a stopped sweep
+  sweep --resume sweeps/Cartpole-Balance/<time>       continue a stopped sweep (--quiet: no progress bar)
   sweep --dashboard sweeps/Cartpole-Balance/<time>    optuna-dashboard on 127.0.0.1 (prints the ssh -L line)
   sweep <Task> --help                                 every flag
 Distributions: uniform:LOW:HIGH, loguniform:LOW:HIGH, int:LOW:HIGH, intlog:LOW:HIGH, choice:A,B,C"""
@@ -39,7 +40,7 @@ class SweepFlags:
     """Sweep train's flags with Optuna; each configuration runs --seeds times, each run judged by play's evaluation."""
 
     param: Annotated[tuple[str, ...], tyro.conf.UseAppendAction] = ()
-    """A swept train flag: PATH=DIST, e.g. agent.algorithm.learning-rate=loguniform:1e-4:1e-2 (repeat the flag).
+    """A swept train flag: PATH=DIST, e.g. agent.ppo.learning-rate=loguniform:1e-4:1e-2 (repeat the flag).
     DIST: uniform:LOW:HIGH, loguniform:LOW:HIGH, int:LOW:HIGH, intlog:LOW:HIGH or choice:A,B,C."""
     trials: int | None = None
     """Configurations to sample (each runs --seeds times). Default: 8, or 1 when no --param is given (seeds only)."""
@@ -92,6 +93,41 @@ class SweepFlags:
     storage: str | None = None
     """The study's storage: an RDB URL (sqlite:///x.db, postgresql://...) or a journal file path on a shared
     filesystem. Default: <sweep dir>/study.journal."""
+    quiet: bool = False
+    """Only each trial's line and the final summary: no progress bar, no periodic progress lines (not stored with
+    the sweep: `sweep --resume <dir> --quiet` chooses again)."""
+
+
+QUIET = ("--quiet", "--no-quiet")
+
+
+def current_spelling(argv: list[str]) -> list[str]:
+    """`argv` with the flags renamed since (mjfleet.cli.aliases: `agent.algorithm.*` is `agent.ppo.*`) written the
+    current way: each --param's path and the train flags after `--`, so that the study, sweep.json and report.md
+    name parameters as `train --help` does."""
+    cut = argv.index("--") if "--" in argv else len(argv)
+    out: list[str] = []
+    for i, arg in enumerate(argv[:cut]):
+        if arg.startswith("--param="):
+            out.append("--param=" + _renamed_param(arg.removeprefix("--param=")))
+        elif i > 0 and argv[i - 1] == "--param":
+            out.append(_renamed_param(arg))
+        else:
+            out.append(arg)
+    return out + (["--", *renamed_flags(argv[cut + 1 :])] if cut < len(argv) else [])
+
+
+def _with_quiet(argv: list[str], quiet: bool) -> list[str]:
+    """A stored command line (which never holds --quiet) with --quiet, before train's flags, if asked for."""
+    cut = argv.index("--") if "--" in argv else len(argv)
+    return [*argv[:cut], *(["--quiet"] if quiet else []), *argv[cut:]]
+
+
+def _renamed_param(text: str) -> str:
+    path, sep, dist = text.partition("=")
+    dashes = len(path) - len(path.lstrip("-"))
+    new = renamed_flags(["--" + path.lstrip("-")])[0][2:]
+    return path[:dashes] + new + sep + dist
 
 
 def parse(argv: list[str]) -> tuple[str, SweepFlags, list[str]]:
@@ -136,19 +172,24 @@ def start(argv: list[str], resume: bool = False) -> None:
     record = plan.sweep_dir / "sweep.json"
     command = ["--sweep-dir", str(plan.sweep_dir)] if not flags.sweep_dir else []
     stored = [
-        *argv[: argv.index("--") if "--" in argv else len(argv)],
+        *[a for a in argv[: argv.index("--") if "--" in argv else len(argv)] if a not in QUIET],
         *command,
         *(["--", *fixed] if fixed else []),
     ]
     if record.exists():
-        previous = json.loads(record.read_text())
-        if previous["argv"] != stored:
+        previous = json.loads(record.read_text())["argv"]
+        if current_spelling(previous) != current_spelling(stored):
             raise UsageError(
-                f"{plan.sweep_dir} holds another sweep ({shlex.join(previous['argv'])}): choose another --sweep-dir"
+                f"{plan.sweep_dir} holds another sweep ({shlex.join(previous)}): choose another --sweep-dir"
             )
+        if (
+            previous != stored
+        ):  # the same sweep, stored before a flag was renamed: its study knows the old names
+            stored = previous
+            plan = check_only(_with_quiet(previous, flags.quiet), preflight=True)[0]
     from mjfleet.sweep.session import run_session
 
-    run_session(plan, stored, resume=resume)
+    run_session(plan, stored, resume=resume, quiet=flags.quiet)
 
 
 def _stored_argv(directory: str, what: str) -> list[str]:
@@ -175,8 +216,10 @@ def main(argv: list[str] | None = None) -> None:
     argv = command_argv(argv)
     if argv and argv[0] in ("--resume", "--report"):
         what = argv[0][2:]
-        if len(argv) != 2:
-            raise UsageError(f"--{what} takes the sweep directory only: sweep --{what} <dir>")
+        quiet = what == "resume" and argv[2:] == ["--quiet"]
+        if len(argv) != 2 and not quiet:
+            also = " [--quiet]" if what == "resume" else ""
+            raise UsageError(f"--{what} takes the sweep directory only: sweep --{what} <dir>{also}")
         stored = _stored_argv(argv[1], what)
         if what == "report":
             from mjfleet.sweep.session import report_only
@@ -185,12 +228,12 @@ def main(argv: list[str] | None = None) -> None:
             task, flags, _ = parse(stored)
             report_only(task, flags, Path(argv[1]).resolve(), stored)
             return
-        start(stored, resume=True)
+        start(_with_quiet(stored, quiet), resume=True)
         return
     if argv and argv[0] == "--dashboard":
         _dashboard(argv[1:])
         return
-    start(argv)
+    start(current_spelling(argv))
 
 
 if __name__ == "__main__":

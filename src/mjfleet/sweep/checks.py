@@ -73,7 +73,7 @@ def check(
             f"--pruner median judges train's periodic evaluation, which does not report {objective.name}"
         )
     slots = make_slots(flags, resolve=preflight)
-    _check_train_flags(parse_train, task, [*fixed, *budget, *slots[0].train_flags], params, fixed)
+    trained = _check_train_flags(parse_train, task, [*fixed, *budget, *slots[0].train_flags], params, fixed)
     if objective.needs_preflight and preflight:
         _check_objective_reported(task, objective, fixed)
     spec = SweepSpec(
@@ -85,6 +85,8 @@ def check(
         minutes=flags.minutes,
         eval_flags=_eval_flags(flags, task),
         prune_interval=flags.prune_interval if prune else 0,
+        iterations=None if flags.env_steps is not None else trained.agent.max_iterations,
+        env_steps=flags.env_steps,
     )
     url = storage_url(sweep_dir, flags.storage)
     return SweepPlan(
@@ -131,11 +133,12 @@ def _check_fixed(fixed: list[str]) -> None:
 
 def _check_train_flags(
     parse_args: Callable[[list[str]], Any], task: str, base: list[str], params: list[Param], fixed: list[str]
-) -> None:
+) -> Any:
     """Parse train's command line as each trial's will be: the fixed flags, then each parameter at each of its
-    probe values (both bounds, every choice), with train's own parser."""
+    probe values (both bounds, every choice), with train's own parser. Returns train's flags without parameters
+    (the budget in iterations: --iterations, else the task's)."""
     try:
-        parse_args([task, *base])
+        _, trained = parse_args([task, *base])
     except UsageError as exc:
         raise UsageError(f"train flags {shlex.join(fixed)}: {exc}") from None
     for p in params:
@@ -144,6 +147,7 @@ def _check_train_flags(
                 parse_args([task, *base, p.flag, value])
             except UsageError as exc:
                 raise UsageError(f"--param {p.path}={value}: {exc}") from None
+    return trained
 
 
 def _check_objective_reported(task: str, objective: Objective, fixed: list[str]) -> None:

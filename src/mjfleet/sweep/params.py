@@ -1,4 +1,4 @@
-"""The swept parameters: `--param PATH=DIST`, each a `train` flag (PATH, e.g. `agent.algorithm.learning-rate`)
+"""The swept parameters: `--param PATH=DIST`, each a `train` flag (PATH, e.g. `agent.ppo.learning-rate`)
 with a distribution Optuna samples it from.
 
 Distributions (written after the `=`):
@@ -32,7 +32,7 @@ class Param:
     """One swept `train` flag and the distribution its values come from."""
 
     path: str
-    """The flag without its dashes, as `train <Task> --help` spells it: `agent.algorithm.learning-rate`."""
+    """The flag without its dashes, as `train <Task> --help` spells it: `agent.ppo.learning-rate`."""
     kind: Kind
     low: float = 0.0
     high: float = 0.0
@@ -96,7 +96,7 @@ def parse_param(text: str) -> Param:
     path = path.strip().lstrip("-")
     if not sep or not path or not spec:
         raise UsageError(
-            f"--param {text!r}: write PATH=DISTRIBUTION, e.g. agent.algorithm.learning-rate=loguniform:1e-4:1e-2"
+            f"--param {text!r}: write PATH=DISTRIBUTION, e.g. agent.ppo.learning-rate=loguniform:1e-4:1e-2"
         )
     if path.replace("_", "-") in RESERVED:
         raise UsageError(

@@ -17,7 +17,7 @@ import numpy as np
 from mjfleet.atomic import write_text as atomic_write_text
 from mjfleet.ranking import FALLS_STEP_PERCENT, RULE, RankKey, ended_early, rank_key
 from mjfleet.sweep.objective import Objective
-from mjfleet.sweep.stats import iqm, stratified_bootstrap_ci
+from mjfleet.sweep.stats import interval_text, iqm, seeds_interval
 
 
 @dataclass
@@ -37,6 +37,7 @@ class ConfigResult:
     falls, which a tracking-error objective does not show."""
     iqm: float | None = None
     ci: tuple[float, float] | None = None
+    """None with fewer than two completed seeds (the report says "1 seed: no interval")."""
     rank: int | None = None
 
     def as_dict(self) -> dict[str, Any]:
@@ -97,7 +98,7 @@ def collect(study: Any, objective: Objective) -> list[ConfigResult]:
         if r.values:
             scores = np.array(list(r.values.values()))
             r.iqm = iqm(scores)
-            r.ci = stratified_bootstrap_ci(scores) if len(scores) > 1 else (r.iqm, r.iqm)
+            r.ci = seeds_interval(scores)
     # Configurations with no completed seed last; a configuration whose seeds fell clearly more never ranks above
     # one whose seeds fell less, whatever the objective says (a falling robot can track a velocity "well").
     results.sort(key=lambda r: (r.iqm is None, r.rank_key(objective), r.config))
@@ -139,7 +140,7 @@ def write_report(study: Any, objective: Objective, sweep_dir: Path, command: str
 def ranking_table(results: list[ConfigResult], objective: Objective, command: str = "", plots=None) -> str:
     """The ranking as a markdown table: rank, IQM [95% CI], seeds completed, episodes that ended early over those
     seeds' evaluations (falls: "<early> of <ended> (<share>)", what the ranking compares first), parameters,
-    failures."""
+    failures; then `plots` (name -> path, None when not drawn) as images linked relative to report.md."""
     lines = []
     if command:
         lines += [f"Sweep: `{command}`", ""]
@@ -158,7 +159,7 @@ def ranking_table(results: list[ConfigResult], objective: Objective, command: st
     )
     lines.append("|" + "---|" * (6 + len(names) + 1))
     for r in results:
-        ci = f"[{r.ci[0]:.4g}, {r.ci[1]:.4g}]" if r.ci else "-"
+        ci = interval_text(r.ci, len(r.values))
         score = f"{r.iqm:.4g}" if r.iqm is not None else "-"
         failed = "; ".join(f"seed {s}: {why}" for s, why in sorted(r.failed.items())) or ""
         cells = [
@@ -173,7 +174,12 @@ def ranking_table(results: list[ConfigResult], objective: Objective, command: st
         ]
         lines.append("| " + " | ".join(cells) + " |")
     for name, path in (plots or {}).items():
-        lines += ["", f"{name}: {path}" if path else f"{name}: not drawn (too few completed trials)"]
+        # Relative to report.md, which lies beside them: the report still shows them where the sweep is copied.
+        title = name.replace("_", " ")
+        lines += [
+            "",
+            f"![{title}]({Path(path).name})" if path else f"{title}: not drawn (too few completed trials)",
+        ]
     return "\n".join(lines)
 
 

@@ -3,6 +3,7 @@ parameters' importances (Optuna's PED-ANOVA evaluator: no extra dependency, work
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -47,9 +48,8 @@ def plot_learning_curves(results: list[Any], path: Path) -> str | None:
         n = min(len(c[0]) for c in curves)
         steps = np.mean([c[0][:n] for c in curves], axis=0)
         mid, low, high = iqm_over_steps(np.array([c[1][:n] for c in curves]))
-        label = f"#{r.rank} config {r.config}: " + ", ".join(
-            f"{k.split('.')[-1]}={_short(v)}" for k, v in r.params.items()
-        )
+        values = ", ".join(f"{k.split('.')[-1]}={_short(v)}" for k, v in r.params.items())
+        label = f"#{r.rank} config {r.config}" + (f": {values}" if values else f" ({len(curves)} seeds)")
         ax.plot(steps, mid, label=label)
         ax.fill_between(steps, low, high, alpha=0.2)
         drawn += 1
@@ -74,9 +74,12 @@ def plot_importances(study: Any, path: Path) -> str | None:
     import optuna
 
     try:
-        importances = optuna.importance.get_param_importances(
-            study, evaluator=optuna.importance.PedAnovaImportanceEvaluator()
-        )
+        # "Parameter importances will be equal": the figure shows that; the sweep's log need not.
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            importances = optuna.importance.get_param_importances(
+                study, evaluator=optuna.importance.PedAnovaImportanceEvaluator()
+            )
     except (RuntimeError, ValueError):  # fewer completed trials or distinct values than it needs
         return None
     if not importances:

@@ -14,6 +14,9 @@ import numpy as np
 
 BOOTSTRAP_RESAMPLES = 2000
 """rliable's default number of bootstrap resamples."""
+ONE_SEED = "1 seed: no interval"
+"""What a configuration with one completed seed shows instead of an interval: a bootstrap of one value can only
+return that value, and [x, x] would read as certainty."""
 
 
 def iqm(scores: np.ndarray) -> float:
@@ -54,6 +57,20 @@ def stratified_bootstrap_ci(
     tail = (1.0 - confidence) / 2.0 * 100.0
     low, high = np.percentile(values, [tail, 100.0 - tail])
     return float(low), float(high)
+
+
+def seeds_interval(scores: np.ndarray) -> tuple[float, float] | None:
+    """The 95% bootstrap interval of the IQM over the seeds' `scores`; None with fewer than two (no spread to
+    resample)."""
+    data = np.asarray(scores, dtype=np.float64)
+    return stratified_bootstrap_ci(data) if data.shape[0] > 1 else None
+
+
+def interval_text(ci: tuple[float, float] | None, seeds: int) -> str:
+    """`[low, high]`, ONE_SEED for a single completed seed, `-` for none."""
+    if ci is not None:
+        return f"[{ci[0]:.4g}, {ci[1]:.4g}]"
+    return ONE_SEED if seeds == 1 else "-"
 
 
 def iqm_over_steps(

@@ -26,6 +26,7 @@ from mjfleet.runs.checkpoints import checkpoints_in
 from mjfleet.sweep.objective import Objective, usable
 from mjfleet.sweep.params import Param
 from mjfleet.sweep.slots import Slot
+from mjfleet.sweep.watch import MetricsTail
 
 POLL_S = 0.5
 """How often a running trial's process, its metrics and the sweep's stop are looked at."""
@@ -47,6 +48,10 @@ class SweepSpec:
     """`play` flags of the evaluation (episodes, environments, seed)."""
     prune_interval: int = 0
     """With the median pruner: train --eval-interval, whose evaluations the pruner judges. 0: no pruning."""
+    iterations: int | None = None
+    """Each trial's budget in iterations (--iterations, else the task's); None when --env-steps sets it."""
+    env_steps: int | None = None
+    """Each trial's budget in env steps (--env-steps): its iterations follow from its first metrics record."""
 
     @property
     def runs_root(self) -> Path:
@@ -85,6 +90,8 @@ class TrialProcess:
         self.sweep_stopped = False
         self.killed = False
         self.run_dir: Path | None = None
+        self.tail = MetricsTail()
+        """What train has written so far (the sweep's progress line and the trial's trouble)."""
 
     def train_command(self) -> list[str]:
         cmd = [
@@ -177,6 +184,7 @@ class TrialProcess:
             time.sleep(POLL_S)
             if self.run_dir is None and self.find_run_dir() is not None and on_run_dir is not None:
                 on_run_dir(str(self.run_dir))
+            self.tail.poll(self.run_dir)
             if deadline is not None and time.monotonic() > deadline and not self.stopping.is_set():
                 budget_stop = True
                 self.stop(by_sweep=False)
@@ -190,6 +198,7 @@ class TrialProcess:
                 reported = len(records)
         rc = proc.returncode
         run_dir = self.find_run_dir()
+        self.tail.poll(run_dir)
         if run_dir is not None and on_run_dir is not None:
             on_run_dir(str(run_dir))
         iterations = len(read_metrics(run_dir)) if run_dir is not None else 0

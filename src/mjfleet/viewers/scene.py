@@ -10,17 +10,17 @@ from __future__ import annotations
 
 import contextlib
 import io
-import ipaddress
 import math
-import socket
 import time
 from typing import Any
 
 import numpy as np
 
+from mjfleet import address
+from mjfleet.address import LOOPBACK, check_address
+from mjfleet.address import address_line as viewer_address_line
 from mjfleet.errors import UsageError
 
-LOOPBACK = "127.0.0.1"
 SPACING_MARGIN = 2.0
 """Worlds that share one origin are laid out this many model extents apart, so that they do not overlap."""
 
@@ -144,27 +144,10 @@ def open_training_viewer(settings: tuple[int, str, int] | None, env: Any, task: 
 
 
 def check_viewer_address(host: str, port: int) -> None:
-    if not 0 < port < 65536:
-        raise UsageError(f"--viewer-port must be in 1..65535, got {port}")
-    try:
-        ipaddress.ip_address(host)
-    except ValueError:
-        raise UsageError(f"--viewer-host {host!r}: give an IP address, e.g. 127.0.0.1") from None
-
-
-def viewer_address_line(host: str, port: int) -> str:
-    """The line that says where the page is: on loopback, with the ssh tunnel that reaches it from elsewhere."""
-    if ipaddress.ip_address(host).is_loopback:
-        return f"open http://127.0.0.1:{port} (from another machine: ssh -L {port}:127.0.0.1:{port} {socket.gethostname()})"
-    shown = socket.gethostname() if ipaddress.ip_address(host).is_unspecified else host
-    return f"open http://{shown}:{port} (this machine: http://127.0.0.1:{port})"
+    """--viewer-host and --viewer-port, checked (mjfleet.address, as the dashboard checks its own)."""
+    check_address(host, port, "--viewer-")
 
 
 def exposure_warning(host: str) -> str | None:
     """The warning line for a viewer that other machines can reach (None on a loopback address)."""
-    if ipaddress.ip_address(host).is_loopback:
-        return None
-    return (
-        f"warning: the viewer listens on {host}: anyone who can reach this machine can watch and steer the "
-        "simulation (there is no password); the default, 127.0.0.1, with ssh -L is the safe way"
-    )
+    return address.exposure_warning(host, "the viewer", "watch and steer the simulation")
