@@ -90,7 +90,9 @@ def _throughput(ax, result: dict[str, Any]) -> None:
         ax.axvline(auto["num_envs"], color="gray", linewidth=0.8)
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
-    counts = sorted({p["num_envs"] for run in result["runs"] for p in run["points"]} | set(_auto_counts(auto)))
+    counts = sorted(
+        {p["num_envs"] for run in result["runs"] for p in run["points"]} | set(_auto_counts(auto))
+    )
     ax.set_xticks(counts, [f"{n:,}" for n in counts])  # the counts measured, not powers of two
     ax.minorticks_off()
     ax.set_xlabel("environments per worker")
