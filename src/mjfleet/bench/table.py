@@ -159,7 +159,7 @@ def _gradient_step_lines(run: dict[str, Any]) -> list[str]:
 def _trouble_lines(run: dict[str, Any]) -> list[str]:
     """Physics trouble met while measuring (NaN resets, solver limits): rates over such steps mislead."""
     return [
-        f"{p['num_envs']:>11,}  physics trouble: {text}" for p in run["points"] if (text := trouble_text(p))
+        f"{p['num_envs']:>11,}  trouble: {text}" for p in run["points"] if (text := trouble_text(p))
     ]
 
 
