@@ -158,9 +158,7 @@ def _gradient_step_lines(run: dict[str, Any]) -> list[str]:
 
 def _trouble_lines(run: dict[str, Any]) -> list[str]:
     """Physics trouble met while measuring (NaN resets, solver limits): rates over such steps mislead."""
-    return [
-        f"{p['num_envs']:>11,}  trouble: {text}" for p in run["points"] if (text := trouble_text(p))
-    ]
+    return [f"{p['num_envs']:>11,}  trouble: {text}" for p in run["points"] if (text := trouble_text(p))]
 
 
 def _rate(entry: dict[str, Any] | None) -> str:
