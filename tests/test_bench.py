@@ -7,14 +7,25 @@ import subprocess
 import sys
 
 import pytest
-from helpers import missing_infrastructure, run_cli
+from helpers import assert_real_plot, missing_infrastructure, run_cli, run_in_terminal
 
 from mjfleet.bench import autotune, machine
 from mjfleet.bench.report import scaling, summarize_run
 
 BIN = pathlib.Path(sys.executable).parent
-TINY = ["--gpu-ids", "None", "--iterations", "1", "--steps", "4", "--repeats", "2", "--quiet"]
+LOUD = ["--gpu-ids", "None", "--iterations", "1", "--steps", "4", "--repeats", "2"]
+TINY = [*LOUD, "--quiet"]
 PHASES = ("physics", "env", "rollout", "training")
+DIVERGING = ["--env.init-velocity-range", "1e30"]
+"""Cartpole made to go NaN: every reset draws a pole velocity of up to 1e30 rad/s, whose first physics step is
+not finite, so every world is reset on NaN at every step."""
+COLOURS = {
+    "physics": (31, 119, 180),
+    "env": (255, 127, 14),
+    "rollout": (44, 160, 44),
+    "training": (214, 39, 40),
+}
+"""matplotlib's tab:blue, tab:orange, tab:green and tab:red: the colour of each phase in bench's picture."""
 
 
 def bench(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
@@ -35,6 +46,15 @@ def run_main(capsys, *args: str) -> tuple[int, str, str]:
 
 def assert_positive_rate(value) -> None:
     assert isinstance(value, float) and math.isfinite(value) and value > 0
+
+
+def colour_share(png: pathlib.Path, rgb: tuple[int, int, int], columns: slice = slice(None)) -> float:
+    """The share of the image's pixels (in `columns`) drawn in `rgb`, give or take antialiasing."""
+    import matplotlib.image
+    import numpy as np
+
+    image = matplotlib.image.imread(str(png))[:, columns, :3] * 255
+    return float((np.abs(image - np.array(rgb)).max(axis=-1) < 12).mean())
 
 
 def assert_consistent_point(point: dict, workers: int) -> None:
@@ -78,6 +98,10 @@ def test_a_sweep_through_the_console_script_reports_every_figure_for_each_env_co
     for point in run["points"]:
         assert_consistent_point(point, workers=1)
         assert point["training"]["grad_allreduce_share_of_update"] is None  # one worker: nothing to reduce
+        # a healthy cart-pole: the trouble was counted in both phases, and there was none
+        assert point["trouble"]["physics"]["env_steps"] == 4 * 2 * point["num_envs"]
+        assert point["trouble"]["physics"]["shares"] == point["trouble"]["training"]["shares"] == {}
+    assert "trouble" not in result.stdout and "warning" not in result.stderr
     startup = run["startup"]
     assert startup["kernel_cache"] in ("warm", "cold")
     assert startup["first_env_step_s"] > startup["build_s"] > 0
@@ -127,8 +151,15 @@ def test_two_cpu_workers_report_scaling_against_one_worker_and_the_all_reduce_sh
         assert entry[phase]["efficiency"] == pytest.approx(entry[phase]["speedup"] / 2)
         assert entry[phase]["best_speedup"] == pytest.approx(max(rate[1], rate[3]) / max(rate[0], rate[2]))
 
+    png = out.with_suffix(".png")  # beside the JSON: throughput (left) and scaling (right, one bar per phase)
+    assert_real_plot(png)
+    for phase, rgb in COLOURS.items():
+        assert colour_share(png, rgb, slice(-500, None)) > 0.002, f"no {phase} bar in the scaling panel"
 
-def test_num_envs_auto_uses_the_cached_count_for_this_task_device_and_versions(tmp_path, monkeypatch, capsys):
+
+def test_num_envs_auto_uses_the_cached_count_and_json_dash_puts_only_the_json_on_stdout(
+    tmp_path, monkeypatch, capsys
+):
     monkeypatch.setenv("MJFLEET_CACHE_DIR", str(tmp_path))
     from mjfleet.tasks import get_task
 
@@ -141,13 +172,14 @@ def test_num_envs_auto_uses_the_cached_count_for_this_task_device_and_versions(t
         autotune.config_digest(spec.env_config(), spec.agent_config()),  # the task's own settings
     )
     autotune.store(key, {"num_envs": 16, "sweep": {"16": 1.0}, "date": "2026-11-22"})
-    out = tmp_path / "bench.json"
-    code, stdout, _ = run_main(capsys, "Cartpole-Balance", "--num-envs", "auto", *TINY, "--json", str(out))
+    monkeypatch.chdir(tmp_path)
+    code, stdout, stderr = run_main(capsys, "Cartpole-Balance", "--num-envs", "auto", *TINY, "--json", "-")
     assert code == 0
-    report = json.loads(out.read_text())
+    report = json.loads(stdout)  # stdout is the JSON, whole
     assert report["auto"]["cached"] and report["auto"]["num_envs"] == 16
     assert [p["num_envs"] for p in report["runs"][0]["points"]] == [16]
-    assert "auto num-envs: 16" in stdout
+    assert "auto num-envs: 16" in stderr  # the table went to stderr
+    assert not (tmp_path / "-").exists() and not list(tmp_path.glob("*.png"))  # no file, no picture
 
 
 def test_the_auto_sweep_stops_where_throughput_stops_growing_and_picks_the_knee():
@@ -276,3 +308,64 @@ def test_the_auto_cache_tells_task_settings_apart_but_not_the_env_count():
     env.decimation -= 1
     agent.actor.hidden_dims = (8,)
     assert autotune.config_digest(env, agent) != digest
+
+
+@pytest.fixture(scope="module")
+def diverging_bench(tmp_path_factory) -> tuple[subprocess.CompletedProcess, dict, pathlib.Path]:
+    """One bench of a Cartpole made to go NaN, its output read through a pipe as a log gets it: (the process,
+    its JSON, the PNG beside it). Several tests read it: a bench costs tens of seconds here."""
+    out = tmp_path_factory.mktemp("bench") / "bench.json"
+    result = bench("Cartpole-Balance", "--num-envs", "16", "32", *LOUD, *DIVERGING, "--json", str(out))
+    assert result.returncode == 0, result.stderr
+    return result, json.loads(out.read_text()), out.with_suffix(".png")
+
+
+def test_in_a_log_progress_is_plain_lines_on_stderr_and_the_results_stay_on_stdout(diverging_bench):
+    result, _, _ = diverging_bench
+    progress = [
+        line for line in result.stderr.splitlines() if line.startswith("bench: ") and "phases" in line
+    ]
+    assert progress[0] == "bench: 0 of 8 phases, 0 s"  # 2 env counts x 4 phases
+    assert progress[-1].startswith("bench: 8 of 8 phases, 1 worker done, ")
+    # the start, the end and at most one per 30 s between: far fewer than the run's ~20 updates
+    number, unit = progress[-1].rsplit(", ", 1)[1].split()
+    seconds = int(number) if unit == "s" else int(number) * 60 + 30  # "2 min" is rounded to the minute
+    assert len(progress) <= 2 + seconds // 30
+    for text in (result.stdout, result.stderr):
+        assert "\r" not in text and "\x1b" not in text
+    assert "Cartpole-Balance: 1 x 16 envs  physics" in result.stdout and "envs/worker" in result.stdout
+    assert "envs/worker" not in result.stderr and "phases" not in result.stdout
+
+
+def test_physics_trouble_reaches_the_result_line_the_table_the_json_and_one_warning(diverging_bench):
+    result, report, _ = diverging_bench
+    trouble = report["runs"][0]["points"][0]["trouble"]
+    assert trouble["physics"]["record"]["Sim/nan_resets"] == 4 * 2 * 16  # every world at every timed step
+    assert trouble["physics"]["shares"] == {"nan_resets": pytest.approx(1.0)}
+    assert trouble["training"]["shares"]["nan_resets"] > 0.5
+    (line,) = [line for line in result.stdout.splitlines() if line.startswith("Cartpole-Balance: 1 x 16")]
+    assert "  trouble: physics: nan_resets 128 (100.00%); training: nan_resets " in line
+    assert line.endswith(" (100.00%)")
+    assert "16  trouble: physics: nan_resets 128 (100.00%)" in result.stdout  # the table's line
+    warnings = [line for line in result.stderr.splitlines() if "warning" in line]
+    assert warnings == [  # once per kind, however many phases met it
+        "bench: warning: nan_resets in 100.00% of env steps (1 x 16 envs, physics phase): the physics diverged "
+        "and those worlds were reset (too large a timestep, stiff gains or armature 0 on a fast joint, "
+        "interpenetrating geoms at the start)"
+    ]
+
+
+def test_the_picture_beside_the_json_draws_every_phase(diverging_bench):
+    _, _, png = diverging_bench
+    assert_real_plot(png)
+    for phase, rgb in COLOURS.items():
+        # a line across the panel from 16 to 32 envs (~0.0025): more than its legend entry and a marker (~0.0004)
+        assert colour_share(png, rgb) > 0.001, f"no {phase} line"
+
+
+def test_in_a_terminal_progress_is_a_redrawn_bar_and_ctrl_c_gives_the_terminal_back():
+    code, out = run_in_terminal([str(BIN / "bench"), "Cartpole-Balance", "--num-envs", "16", *LOUD],
+                                interrupt_after="16 envs, building", timeout=300)  # fmt: skip
+    assert code == 130 and out.rstrip().endswith("bench: interrupted")  # as without a bar: 128 + SIGINT
+    assert "\r" in out and "0/4" in out and "phases" in out  # a bar, redrawn in place
+    assert out.rfind("\x1b[?25h") > out.rfind("\x1b[?25l")  # the cursor was hidden for the bar and is back

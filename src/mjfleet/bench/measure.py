@@ -13,31 +13,37 @@ training  full iterations through ``FleetRunner.learn`` (collection + update; PP
 
 Blocks start together on all workers (a collective acts as barrier) and the device is synchronised
 around each, so a block's time on the slowest worker is the time the whole fleet took. Workers return raw
-times only; :mod:`mjfleet.bench.report` turns them into rates and ratios.
+times, and the physics trouble the physics and training phases met (mjfleet.bench.phases says where it is
+counted without touching the timings); :mod:`mjfleet.bench.report` turns them into rates and ratios. Rank 0
+tells `BenchJob.on_phase` when each phase starts and ends, for the launching process's progress bar.
 """
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import gc
-import io
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import torch
-import torch.distributed as dist
 
 from mjfleet.bench import machine, report
+from mjfleet.bench.phases import (
+    WARMUP_STEPS,
+    TroubleSum,
+    sync,
+    timed_blocks,
+    timed_physics,
+    timed_rollout,
+    timed_training,
+)
 from mjfleet.envs import EnvConfig
 from mjfleet.fleet.plan import WorkerPlan
 from mjfleet.rl import AgentConfig
-from mjfleet.timing import Stopwatch, Timed
 
 PHASES = ("physics", "env", "rollout", "training")
-WARMUP_STEPS = 5
 
 
 @dataclass(frozen=True)
@@ -64,6 +70,9 @@ class BenchJob:
     """No progress lines from rank 0."""
     task_modules: tuple[str, ...] = ()
     """Modules (and a --robot file) that register tasks, imported by each worker before it looks up `task`."""
+    on_phase: Callable[[int, str, bool], None] | None = None
+    """Called by rank 0 as (env count, phase, finished) when a phase starts and ends ("build" only starts): the
+    launching process's progress bar. Only for one worker in the launching process (it is not picklable)."""
 
 
 def bench_worker(job: BenchJob) -> dict[str, Any] | None:
@@ -101,13 +110,15 @@ def bench_worker(job: BenchJob) -> dict[str, Any] | None:
             if device.type == "cuda":
                 warp_high_before = machine.warp_mempool_high(ctx.device)
                 torch.cuda.reset_peak_memory_stats(device)
+            if job.on_phase is not None and ctx.is_main:
+                job.on_phase(num_envs, "build", False)
             t_build = time.perf_counter()
             env = spec.make_env(cfg, ctx.device)
             runner = _make_runner(env, agent, ctx, job.plan.update_threads)
             build_s = time.perf_counter() - t_build
             actions = torch.zeros(env.num_envs, env.num_actions, device=device)
             env.step(actions)  # the first env step: start-up ends here
-            _sync(device)
+            sync(device)
             if index == 0:
                 startup["first_env_step_s"] = machine.seconds_since_process_start()
                 startup["launch_to_first_env_step_s"] = (
@@ -147,6 +158,13 @@ def bench_worker(job: BenchJob) -> dict[str, Any] | None:
 
 # --------------------------------------------------------------------------------------------- phases
 def _measure_point(job: BenchJob, ctx, env, runner, device: torch.device) -> dict[str, Any]:
+    notify = job.on_phase if ctx.is_main else None
+
+    def phase(name: str, finished: bool) -> bool:
+        if notify is not None and name in job.phases:
+            notify(env.num_envs, name, finished)
+        return name in job.phases
+
     point: dict[str, Any] = {
         "decimation": int(env.sim.substeps),
         "steps_per_block": job.steps,
@@ -164,146 +182,34 @@ def _measure_point(job: BenchJob, ctx, env, runner, device: torch.device) -> dic
         for _ in range(WARMUP_STEPS):
             env_step()
     physics_share = None
-    if "physics" in job.phases:
-        point["physics_s"], point["physics_cpu_s"], physics_share = _timed_physics(
-            env, job, dev, ctx.world_size
+    trouble = {}
+    if phase("physics", False):
+        physics_trouble = TroubleSum()
+        point["physics_s"], point["physics_cpu_s"], physics_share = timed_physics(
+            env, job, dev, ctx.world_size, physics_trouble
         )
-    if "env" in job.phases:
-        point["env_s"], point["env_cpu_s"] = _timed_blocks(env_step, job, dev, ctx.world_size)
+        trouble["physics"] = physics_trouble.record()
+        phase("physics", True)
+    if phase("env", False):
+        point["env_s"], point["env_cpu_s"] = timed_blocks(env_step, job, dev, ctx.world_size)
         if env.step_is_graph:  # one CUDA graph: the physics inside it cannot be timed apart
             point["step_is_cuda_graph"] = True
         elif physics_share is not None:
             point["env_physics_share"] = physics_share
-    if "rollout" in job.phases:
-        point["rollout_s"], point["rollout_cpu_s"] = _timed_rollout(job, env, runner, dev, ctx.world_size)
-    if "training" in job.phases:
-        point["iterations"] = _timed_training(job, runner, dev)
+        phase("env", True)
+    if phase("rollout", False):
+        point["rollout_s"], point["rollout_cpu_s"] = timed_rollout(job, env, runner, dev, ctx.world_size)
+        phase("rollout", True)
+    if phase("training", False):
+        point["iterations"], trouble["training"] = timed_training(job, runner, dev)
+        phase("training", True)
+    # physics trouble per phase: {"env_steps", "record"} (mjfleet.bench.report sums it over workers)
+    point["trouble"] = {name: t for name, t in trouble.items() if t is not None}
     point["peak_rss_bytes"] = machine.peak_rss_bytes()
     if dev.type == "cuda":
         point["gpu_torch_peak_bytes"] = torch.cuda.max_memory_allocated(dev)
         point["gpu_warp_peak_bytes"] = machine.warp_mempool_high(str(dev))
     return point
-
-
-def _timed_blocks(
-    fn: Callable[[], None], job: BenchJob, device: torch.device, world_size: int
-) -> tuple[list[float], list[float]]:
-    """Wall-clock and process CPU seconds of `job.repeats` blocks of `job.steps` calls, after a warm-up."""
-    for _ in range(WARMUP_STEPS):
-        fn()
-    times, cpu_times = [], []
-    for _ in range(job.repeats):
-        _barrier(device, world_size)
-        start, cpu_start = time.perf_counter(), time.process_time()
-        for _ in range(job.steps):
-            fn()
-        _sync(device)
-        times.append(time.perf_counter() - start)
-        cpu_times.append(time.process_time() - cpu_start)
-    return times, cpu_times
-
-
-def _timed_physics(
-    env, job: BenchJob, device: torch.device, world_size: int
-) -> tuple[list[float], list[float], float]:
-    """Wall and CPU seconds spent inside `sim.step()` in blocks of env steps with random actions, and its share.
-
-    The physics bound is the physics of the states the environment visits: a contact-rich robot that keeps being
-    driven, reset and pushed needs more solver iterations per step than the same worlds replayed alone from one
-    state with fixed controls, which settle and get cheap (the flat quadruped needs about three times the solver
-    iterations in the env: docs/history/benchmarks-log.md). The env step runs op by op (also where `step()`
-    replays a CUDA graph, inside which the physics cannot be timed apart), and a `Timed` simulation synchronises
-    the device around every `sim.step()`, so its time is its own. The share (physics time / block time) is
-    1 - the env's overhead.
-    """
-    sim = env.sim
-    actions = torch.empty(env.num_envs, env.num_actions, device=device)
-    times, cpu_times, shares = [], [], []
-    stopwatch = Stopwatch(device)
-    env.sim = Timed(sim, "step", stopwatch)
-    try:
-        for _ in range(job.repeats):
-            _barrier(device, world_size)
-            stopwatch.reset()
-            start = time.perf_counter()
-            for _ in range(job.steps):
-                actions.uniform_(-1.0, 1.0)
-                env.step_op_by_op(actions)
-            _sync(device)
-            times.append(stopwatch.seconds)
-            cpu_times.append(stopwatch.cpu_seconds)
-            shares.append(stopwatch.seconds / (time.perf_counter() - start))
-    finally:
-        env.sim = sim
-    return times, cpu_times, sum(shares) / len(shares)
-
-
-def _timed_rollout(
-    job: BenchJob, env, runner, device: torch.device, world_size: int
-) -> tuple[list[float], list[float]]:
-    alg = runner.alg
-    storage = getattr(alg, "storage", None)  # PPO's rollout storage; SAC's replay buffer is a ring
-    obs = {"obs": env.get_observations().to(device)}
-
-    def rollout_step() -> None:
-        if storage is not None and storage.step >= storage.num_transitions_per_env:
-            storage.clear()
-        actions = alg.act(obs["obs"])
-        next_obs, rewards, dones, extras = env.step(actions.to(env.device))
-        alg.process_env_step(next_obs, rewards, dones, extras)
-        obs["obs"] = next_obs
-
-    alg.train_mode()
-    with torch.inference_mode():
-        times = _timed_blocks(rollout_step, job, device, world_size)
-    if storage is not None:
-        storage.clear()
-    return times
-
-
-def _timed_training(job: BenchJob, runner, device: torch.device) -> list[dict[str, float]]:
-    """collect/update seconds of every timed iteration, with the update's time in the gradient reducer."""
-    # Untimed: the first iteration (optimizer state, caches) and, where the update's thread count is chosen by
-    # measurement, every update until it has tried both counts (as `train` does in its first iterations).
-    warmup = max(1, runner.update_threads.opening_updates)
-    reducer = runner.alg.gradients.reducer
-    stopwatch = Stopwatch(device)
-    if reducer is not None:
-        runner.alg.gradients.reducer = Timed(reducer, "average", stopwatch)
-    iterations: list[dict[str, float]] = []
-    marks = {"wall": time.perf_counter(), "cpu": time.process_time()}
-
-    def record(rec: dict[str, Any]) -> None:
-        wall, cpu = time.perf_counter(), time.process_time()
-        iterations.append(
-            {
-                # from the previous iteration's record to this one's: everything an iteration costs in `train`
-                # (collection, update, statistics, the stop agreement, logging), wall-clock and CPU time
-                "wall_s": wall - marks["wall"],
-                "cpu_s": cpu - marks["cpu"],
-                "collect_s": float(rec["collect_time"]),
-                "update_s": float(rec["learn_time"]),
-                "grad_allreduce_s": stopwatch.seconds if reducer is not None else 0.0,
-                # torch threads of this iteration's update (on CPU chosen by measurement; see UpdateThreads)
-                "update_threads": int(rec.get("Perf/update_threads", torch.get_num_threads())),
-            }
-        )
-        if "Perf/gradient_steps" in rec:  # SAC: the gradient steps this iteration's update ran
-            iterations[-1]["gradient_steps"] = int(rec["Perf/gradient_steps"])
-        stopwatch.reset()
-        marks["wall"], marks["cpu"] = wall, cpu
-
-    if hasattr(runner.alg, "storage"):
-        runner.alg.storage.clear()
-    runner.hooks.on_iteration = record
-    try:
-        with contextlib.redirect_stdout(io.StringIO()):  # the runner's per-iteration lines
-            runner.learn(warmup + job.iterations, init_at_random_ep_len=job.agent.init_at_random_ep_len)
-    finally:
-        runner.hooks.on_iteration = None
-        if reducer is not None:
-            runner.alg.gradients.reducer = reducer
-    return iterations[warmup:]
 
 
 # ------------------------------------------------------------------------------------------- helpers
@@ -313,22 +219,6 @@ def _make_runner(env, agent: AgentConfig, ctx, update_threads: int):
     agent.logger = "none"
     agent.consistency_check_interval = 0
     return FleetRunner(env, agent, context=ctx, log_format="compact", update_threads=update_threads)
-
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        import warp as wp
-
-        wp.synchronize_device(str(device))
-        torch.cuda.synchronize(device)
-
-
-def _barrier(device: torch.device, world_size: int) -> None:
-    """Start the next block on every worker at once (a tiny all_reduce works on gloo and nccl alike)."""
-    _sync(device)
-    if world_size > 1:
-        dist.all_reduce(torch.zeros(1, device=device))
-        _sync(device)
 
 
 def _gather(result: dict[str, Any], ctx) -> list[dict[str, Any]]:

@@ -19,6 +19,8 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
+from mjfleet.runs.trouble import SHARED, describe, shares
+
 MIB = 1024 * 1024
 
 
@@ -98,7 +100,39 @@ def _summarize_point(first: dict[str, Any], per_rank: list[dict[str, Any]], work
     if first.get("iterations"):
         out["training"] = _summarize_training(per_rank, workers, first["steps_per_iteration"], physics)
     out["memory"] = _memory(per_rank)
+    out["trouble"] = _trouble(per_rank)
     return out
+
+
+def _trouble(per_rank: list[dict[str, Any]]) -> dict[str, Any]:
+    """Physics trouble per phase that counted it, over all workers: {"env_steps", "record" (counts summed,
+    `Metrics/` shares averaged over workers), "shares" (mjfleet.runs.trouble's names; only kinds that occurred)}.
+    Training's records are already global (the runner reduces them), so rank 0's is taken."""
+    out: dict[str, Any] = {}
+    for phase in ("physics", "training"):
+        found = [p["trouble"][phase] for p in per_rank if phase in p.get("trouble", {})]
+        if phase == "training":
+            found = found[:1]
+        if not found:
+            continue
+        record: dict[str, float] = {}
+        for key in {k for t in found for k in t["record"]}:
+            values = [t["record"].get(key, 0.0) for t in found]
+            record[key] = statistics.fmean(values) if key in SHARED else sum(values)
+        env_steps = sum(t["env_steps"] for t in found)
+        out[phase] = {"env_steps": env_steps, "record": record, "shares": shares(record, env_steps)}
+    return out
+
+
+def trouble_text(point: dict[str, Any]) -> str:
+    """`physics: nan_resets 12 (0.30%); training: solver_limit 0.10%`, the trouble of one summarized env count;
+    "" if there was none."""
+    parts = []
+    for phase, t in point.get("trouble", {}).items():
+        text = describe(t["record"], t["env_steps"])
+        if text:
+            parts.append(f"{phase}: {text}")
+    return "; ".join(parts)
 
 
 def _block_rates(times_per_rank: list[list[float]], steps: int) -> tuple[float, float]:
@@ -232,4 +266,6 @@ def progress_line(task: str, steps: int, point: dict[str, Any], workers: int) ->
     if iterations:
         best = min(iteration_s(it) for it in iterations)
         parts.append(f"training {workers * point['steps_per_iteration'] / best:,.0f}/s")
-    return "  ".join(parts) + " (rank 0's view; env-steps/s)"
+    line = "  ".join(parts) + " (rank 0's view; env-steps/s)"
+    trouble = trouble_text(point)  # a worker's point has the same "trouble" layout
+    return f"{line}  trouble: {trouble}" if trouble else line

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from mjfleet.bench.report import trouble_text
+
 
 def format_report(result: dict[str, Any]) -> str:
     """The human-readable report: header (machine, versions), one row per run and env count, scaling."""
@@ -30,6 +32,7 @@ def format_report(result: dict[str, Any]) -> str:
         if run["device"] == "cpu":
             lines.extend(_cpu_time_lines(run))
         lines.extend(_gradient_step_lines(run))
+        lines.extend(_trouble_lines(run))
         lines.append(_startup_line(run))
     for entry in result.get("scaling", []):
         if entry is result["scaling"][0]:
@@ -151,6 +154,11 @@ def _gradient_step_lines(run: dict[str, Any]) -> list[str]:
                 f"{training['update_share']:.0%} of an iteration"
             )
     return lines
+
+
+def _trouble_lines(run: dict[str, Any]) -> list[str]:
+    """Physics trouble met while measuring (NaN resets, solver limits): rates over such steps mislead."""
+    return [f"{p['num_envs']:>11,}  trouble: {text}" for p in run["points"] if (text := trouble_text(p))]
 
 
 def _rate(entry: dict[str, Any] | None) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import re
@@ -13,6 +14,8 @@ from typing import Any, Literal
 
 from mjfleet import atomic
 from mjfleet.bench import autotune, machine
+from mjfleet.bench.console import BenchProgress, auto_sweep_progress
+from mjfleet.bench.plot import draw, plot_path
 from mjfleet.bench.report import scaling_over_rounds, summarize_run, summarize_startup
 from mjfleet.bench.table import format_report
 from mjfleet.cli.common import parse_task_command, quiet_warp, user_errors, worker_plan
@@ -20,6 +23,7 @@ from mjfleet.errors import UsageError
 from mjfleet.fleet.plan import WorkerPlan
 from mjfleet.launch.devices import GpuRequest, make_plan
 from mjfleet.launch.launcher import run_workers
+from mjfleet.progress import Progress
 
 PROG = "bench"
 USAGE = """usage: bench <Task> [flags]
@@ -32,7 +36,8 @@ env-steps/s.
   bench Cartpole-Balance --num-envs auto                  where throughput stops growing (cached)
   bench Cartpole-Balance --gpu-ids None --cpu-workers 2   2 workers, with scaling vs 1 worker
   bench Cartpole-Balance --algorithm sac                  SAC's iterations: env-steps/s and gradient steps/s
-  bench <Task> --json out.json                            every figure as JSON too
+  bench <Task> --json out.json                            every figure as JSON too, and a picture: out.png
+  bench <Task> --json - --plot bench.png                  JSON on stdout (the table on stderr), PNG there
   bench <Task> --help                                     every flag of that task"""
 
 
@@ -65,13 +70,17 @@ class BenchFlags:
     """With several workers: rounds of the 1-worker and the N-worker measurement, alternated back to back; the
     scaling figures are the median speed-up over the rounds, with its range."""
     json: str | None = None
-    """Also write every figure to this JSON file."""
+    """Also write every figure to this JSON file, and draw them beside it (out.json -> out.png). `-`: the JSON
+    on stdout and everything else bench prints on stderr (no PNG unless --plot)."""
+    plot: str | None = None
+    """Draw throughput per env count and phase (and the scaling over workers, with its spread) to this PNG.
+    Default: beside the --json file; none without one."""
     retune: bool = False
     """With --num-envs auto: measure again instead of using the cached count."""
     torchrunx_log_dir: str | None = None
     """Worker log files (several workers only), unless $TORCHRUNX_LOG_DIR is set (it wins). Default: none."""
     quiet: bool = False
-    """Only the final table (no progress lines)."""
+    """Only the final table: no progress bar or lines, no per-env-count lines (warnings still show)."""
     robot: str | None = None
     """A Python file that defines a RobotDescription: the robot of a task that takes one (Velocity-Flat), as
     train takes it. Workers load the same file. docs/bring-your-robot.md."""
@@ -160,9 +169,28 @@ def run(argv: list[str]) -> dict[str, Any]:
     """Measure as the command line asks; returns what --json writes (UsageError for bad input)."""
     quiet_warp()
     task_name, flags = parse_args(argv)
-    from mjfleet.bench.measure import BenchJob, bench_worker
-
     plan, sizes, auto = resolve(task_name, flags)
+    # `--json -`: stdout carries the JSON alone; the table, result lines and notices go to stderr
+    to_stderr = contextlib.redirect_stdout(sys.stderr) if flags.json == "-" else contextlib.nullcontext()
+    with to_stderr:
+        result = _measure(argv, task_name, flags, plan, sizes, auto)
+        print(format_report(result), flush=True)
+        if flags.json and flags.json != "-":
+            path = Path(flags.json)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            atomic.write_text(path, json.dumps(result, indent=2) + "\n")
+            print(f"wrote {path}")
+        png = plot_path(flags.json, flags.plot)
+        if png is not None:
+            print(f"wrote {draw(result, png)}")
+    if flags.json == "-":
+        print(json.dumps(result, indent=2), flush=True)
+    return result
+
+
+def _measure(argv: list[str], task_name: str, flags: Any, plan: WorkerPlan, sizes: list[int], auto: bool):
+    from mjfleet.bench.measure import PHASES, BenchJob, bench_worker
+
     single = plan if plan.world_size == 1 else single_worker_plan(plan)
     parent_ready_s = machine.seconds_since_process_start()
     versions = machine.versions()
@@ -172,6 +200,7 @@ def run(argv: list[str]) -> dict[str, Any]:
     task_modules = environment_task_modules() + robot_modules(flags.robot)
 
     def job(plan_: WorkerPlan, sizes_: list[int], **kwargs: Any) -> BenchJob:
+        kwargs.setdefault("quiet", flags.quiet)
         return BenchJob(
             task=task_name,
             task_modules=task_modules,
@@ -182,7 +211,6 @@ def run(argv: list[str]) -> dict[str, Any]:
             steps=flags.steps,
             repeats=flags.repeats,
             iterations=flags.iterations,
-            quiet=flags.quiet,
             **kwargs,
         )
 
@@ -200,25 +228,37 @@ def run(argv: list[str]) -> dict[str, Any]:
 
     runs = []
     rounds = flags.rounds if single is not None and plan.world_size > 1 else 1
-    for round_ in range(rounds):
-        if single is not None:
-            raw = _rank0(run_workers(single, bench_worker, job(single, sizes)))
-            startup = (round_ == 0 and first_startup) or summarize_startup(raw)
-            runs.append({**summarize_run(raw, startup), "round": round_ + 1})
-        if plan.world_size > 1:
-            raw = _rank0(
-                run_workers(
-                    plan,
-                    bench_worker,
-                    job(plan, sizes, launch_time=time.time()),
-                    log_dir=flags.torchrunx_log_dir,
+    launches = rounds * ((single is not None) + (plan.world_size > 1))
+    per_launch = len(sizes) * len(PHASES)
+    with Progress("bench", launches * per_launch, "phases", quiet=flags.quiet) as bar:
+        progress = BenchProgress(bar, per_launch)
+        of_rounds = f", round {{}} of {rounds}" if rounds > 1 else ""
+        for round_ in range(rounds):
+            if single is not None:
+                progress.start_launch("1 worker" + of_rounds.format(round_ + 1))
+                # one worker runs in this process: it reports its phases as they go (not picklable otherwise)
+                watch = {"on_phase": progress.on_phase} if single.in_process else {}
+                raw = _rank0(run_workers(single, bench_worker, job(single, sizes, **watch)))
+                startup = (round_ == 0 and first_startup) or summarize_startup(raw)
+                runs.append({**summarize_run(raw, startup), "round": round_ + 1})
+                progress.end_launch(runs[-1])
+            if plan.world_size > 1:
+                progress.start_launch(f"{plan.world_size} workers" + of_rounds.format(round_ + 1))
+                raw = _rank0(
+                    run_workers(
+                        plan,
+                        bench_worker,
+                        job(plan, sizes, launch_time=time.time()),
+                        log_dir=flags.torchrunx_log_dir,
+                    )
                 )
-            )
-            runs.append({**summarize_run(raw, summarize_startup(raw, parent_ready_s)), "round": round_ + 1})
-            parent_ready_s = None  # only the first launch follows this process's start
+                startup = summarize_startup(raw, parent_ready_s)
+                runs.append({**summarize_run(raw, startup), "round": round_ + 1})
+                progress.end_launch(runs[-1])
+                parent_ready_s = None  # only the first launch follows this process's start
 
     rounds_paired = single is not None and plan.world_size > 1  # runs alternate: 1 worker, N workers, ...
-    result: dict[str, Any] = {
+    return {
         "task": task_name,
         "date": time.strftime("%Y-%m-%d %H:%M:%S"),
         "machine": machine.machine(),
@@ -240,13 +280,6 @@ def run(argv: list[str]) -> dict[str, Any]:
         else [],
         "auto": auto_info,
     }
-    print(format_report(result), flush=True)
-    if flags.json:
-        path = Path(flags.json)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        atomic.write_text(path, json.dumps(result, indent=2) + "\n")
-        print(f"wrote {path}")
-    return result
 
 
 def _auto_num_envs(task_name: str, single: WorkerPlan, flags: Any, job, versions: dict[str, str]):
@@ -263,22 +296,29 @@ def _auto_num_envs(task_name: str, single: WorkerPlan, flags: Any, job, versions
         return {**cached, "cached": True, "cache_file": str(autotune.cache_path()), "key": key}, None
 
     first: dict[str, Any] = {}
-
-    def measure(n: int) -> float:
-        sweep_job = job(single, [n], phases=("rollout",))
-        sweep_job = dataclasses.replace(
-            sweep_job, steps=min(sweep_job.steps, 50), repeats=min(sweep_job.repeats, 2)
-        )
-        raw = _rank0(run_workers(single, bench_worker, sweep_job))
-        if not first:
-            first.update(summarize_startup(raw))
-        return summarize_run(raw)["points"][0]["rollout"]["env_steps_per_s"]
-
     if not flags.quiet:
         print(
             f"--num-envs auto: sweeping {task_name} on {single.describe()} (rollout throughput)", flush=True
         )
-    entry = autotune.sweep(measure, "cuda" if device.startswith("cuda") else "cpu")
+    with auto_sweep_progress(flags.quiet) as bar:
+
+        def measure(n: int) -> float:
+            bar.update(status=f"measuring {n:,} envs")
+            # quiet: the line below says what a doubling measured
+            sweep_job = job(single, [n], phases=("rollout",), quiet=True)
+            sweep_job = dataclasses.replace(
+                sweep_job, steps=min(sweep_job.steps, 50), repeats=min(sweep_job.repeats, 2)
+            )
+            raw = _rank0(run_workers(single, bench_worker, sweep_job))
+            if not first:
+                first.update(summarize_startup(raw))
+            rate = summarize_run(raw)["points"][0]["rollout"]["env_steps_per_s"]
+            bar.update(advance=1, status=f"{n:,} envs: {rate:,.0f}/s")
+            if not flags.quiet:
+                print(f"--num-envs auto: {n:,} envs/worker: rollout {rate:,.0f} env-steps/s", flush=True)
+            return rate
+
+        entry = autotune.sweep(measure, "cuda" if device.startswith("cuda") else "cpu")
     autotune.store(key, entry)
     return {**entry, "cached": False, "cache_file": str(autotune.cache_path()), "key": key}, first or None
 
