@@ -47,6 +47,7 @@ class Progress:
         unit: str = "",
         *,
         quiet: bool = False,
+        done: float = 0,
         stream: TextIO | None = None,
         every: float = EVERY,
         clock: Callable[[], float] = time.monotonic,
@@ -54,7 +55,9 @@ class Progress:
         self.what, self.total, self.unit = what, total, unit
         self.quiet, self.every, self.clock = quiet, every, clock
         self.stream = stream if stream is not None else sys.stderr
-        self.done = 0.0
+        self.done = float(done)
+        """Already done when the work starts (a resumed sweep's finished trials): counts, but not in the rate."""
+        self._done_at_start = self.done
         self.status = ""
         self.eta: float | None = None
         """Seconds left as the caller knows them (sweep: from the trials' iteration budgets); None: from the rate."""
@@ -74,7 +77,15 @@ class Progress:
         if self.quiet:
             return self
         if self.interactive:
-            self._start_bar()
+            try:
+                self._start_bar()
+            except (
+                BaseException
+            ):  # Ctrl-C while the bar starts: stop what started, or the cursor stays hidden
+                if self._bar is not None:
+                    self._bar.stop()
+                    self._bar = None
+                raise
         else:
             self._line()
         return self
@@ -84,7 +95,7 @@ class Progress:
             if self._bar is not None:
                 self._bar.stop()  # before the exception goes on: the cursor and the terminal's state come back
                 self._bar = None
-            elif not self.quiet and (self._dirty or kind is None):
+            elif not self.quiet and self._dirty:  # a line that says nothing new is not printed twice
                 self._line(ended=kind is None)
 
     def update(
@@ -126,9 +137,10 @@ class Progress:
         if self.eta is not None:
             return self.eta
         elapsed = self.clock() - self._started
-        if not self.total or self.done <= 0 or elapsed <= 0:
+        done_here = self.done - self._done_at_start
+        if not self.total or done_here <= 0 or elapsed <= 0:
             return None
-        return elapsed * (self.total - self.done) / self.done
+        return elapsed * (self.total - self.done) / done_here
 
     def _status(self) -> str:
         left = self.seconds_left() if self.done < (self.total or 0) else None

@@ -47,8 +47,7 @@ def run_session(plan: SweepPlan, argv: list[str], resume: bool, quiet: bool = Fa
     status = SweepStatus(total, done_before(study.get_trials(deepcopy=False)), len(plan.slots),
                          plan.spec.iterations, plan.spec.env_steps, plan.spec.minutes, clock=time.monotonic)  # fmt: skip
     # On stdout, where the trials' lines and the ranking go: one stream keeps a log (Slurm's, nohup's) in order.
-    bar = Progress("sweep", total=total, unit="trials", quiet=quiet, stream=sys.stdout)
-    bar.done = status.done
+    bar = Progress("sweep", total=total, unit="trials", done=status.done, quiet=quiet, stream=sys.stdout)
     with bar:
         runner = SweepRunner(plan.spec, plan.slots, queue, prune=plan.prune, bar=bar, status=status)
         stopped = runner.run()
