@@ -218,7 +218,7 @@ def _make_runner(env, agent: AgentConfig, ctx, update_threads: int):
 
     agent.logger = "none"
     agent.consistency_check_interval = 0
-    return FleetRunner(env, agent, context=ctx, log_format="compact", update_threads=update_threads)
+    return FleetRunner(env, agent, context=ctx, log_format="none", update_threads=update_threads)
 
 
 def _gather(result: dict[str, Any], ctx) -> list[dict[str, Any]]:

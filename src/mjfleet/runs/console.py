@@ -50,9 +50,10 @@ def format_iteration(
 
 
 class IterationConsole:
-    """What rank 0 prints while training: each iteration as `format_iteration` writes it (ETA from the mean time of
-    the iterations so far), then a warning the first time a kind of trouble passes its share of steps
-    (`TroubleWatch`), on stderr, so that a log of the run says what went wrong and where."""
+    """What rank 0 prints while training (style "block", "compact", or "none" for nothing): each iteration as
+    `format_iteration` writes it (ETA from the mean time of the iterations so far), then a warning the first time
+    a kind of trouble passes its share of steps (`TroubleWatch`), on stderr, so that a log of the run says what
+    went wrong and where."""
 
     def __init__(
         self,
@@ -73,6 +74,8 @@ class IterationConsole:
         self.watch = TroubleWatch("train")
 
     def show(self, record: dict[str, Any]) -> None:
+        if self.style == "none":  # a runner driven by another command (bench), which reports trouble itself
+            return
         it = record["iteration"]
         done = it + 1 - self.start
         eta = (self.clock() - self.started) / max(done, 1) * (self.total - it - 1)
