@@ -8,6 +8,7 @@ import json
 import re
 import socket
 import threading
+import time
 import urllib.request
 from pathlib import Path
 
@@ -396,6 +397,27 @@ def test_the_dashboard_holds_the_port_it_bound_and_moves_past_a_busy_one():
         assert any_port.server_port > 0
     finally:
         any_port.server_close()
+
+
+def test_an_idle_browser_connection_does_not_hold_up_the_dashboards_other_requests():
+    from mjfleet.sweep.dashboard import listen
+
+    def app(environ, start_response):
+        start_response("200 OK", [("Content-Type", "text/plain")])
+        return [b"study"]
+
+    server = listen("127.0.0.1", 0, app)
+    serving = threading.Thread(target=server.serve_forever, daemon=True)
+    serving.start()
+    try:
+        # a browser opens connections ahead of its requests; a one-at-a-time server would wait on this one
+        with socket.create_connection(("127.0.0.1", server.server_port)):
+            time.sleep(0.5)
+            with urllib.request.urlopen(f"http://127.0.0.1:{server.server_port}/", timeout=10) as reply:
+                assert reply.read() == b"study"
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 def test_the_viewer_and_the_dashboard_say_their_address_with_one_helper():

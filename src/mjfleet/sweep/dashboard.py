@@ -12,6 +12,7 @@ import socket
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from socketserver import ThreadingMixIn
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
@@ -37,14 +38,22 @@ class _QuietHandler(WSGIRequestHandler):
         pass
 
 
-class _Server6(WSGIServer):
+class _Server(ThreadingMixIn, WSGIServer):
+    """One thread per connection, as optuna-dashboard's own command serves: a browser's idle or kept-alive
+    connection must not hold up every other request. The threads are daemons, not waited for at Ctrl-C."""
+
+    daemon_threads = True
+    block_on_close = False
+
+
+class _Server6(_Server):
     address_family = socket.AF_INET6
 
 
 def listen(host: str, first: int, app: Any) -> WSGIServer:
     """A WSGI server for `app` listening on `host` at `first`, or at the next port after it that is free (`first`
     0: the one the system gives); its `server_port` is the port it holds."""
-    server_class = _Server6 if ":" in host else WSGIServer
+    server_class = _Server6 if ":" in host else _Server
     last = first if first == 0 else min(first + PORTS_TRIED, 65536) - 1
     for port in range(first, last + 1):
         try:
