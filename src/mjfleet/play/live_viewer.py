@@ -16,7 +16,6 @@ from mjfleet.errors import UsageError
 from mjfleet.viewers.scene import check_viewer_address, exposure_warning, viewer_address_line
 
 Viewer = Literal["none", "auto", "native", "viser"]
-LOOPBACK = "127.0.0.1"
 
 
 def bare_viewer_means_auto(argv: list[str]) -> list[str]:
