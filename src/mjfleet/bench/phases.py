@@ -176,7 +176,8 @@ def timed_training(job: Any, runner, device: torch.device) -> tuple[list[dict[st
         runner.alg.storage.clear()
     runner.hooks.on_iteration = record
     try:
-        with contextlib.redirect_stdout(io.StringIO()):  # anything else the runner prints (it logs no iteration)
+        # the runner logs no iteration here (log_format "none"); anything else it prints is not bench's output
+        with contextlib.redirect_stdout(io.StringIO()):
             runner.learn(warmup + job.iterations, init_at_random_ep_len=job.agent.init_at_random_ep_len)
     finally:
         runner.hooks.on_iteration = None
