@@ -50,9 +50,8 @@ class MetricsTail:
         except FileNotFoundError:
             return 0
         self._offset += len(chunk)
-        *lines, self._partial = (self._partial + chunk).split(
-            b"\n"
-        )  # the last piece: a line still being written
+        # the last piece is a line still being written: kept for the next poll
+        *lines, self._partial = (self._partial + chunk).split(b"\n")
         read = 0
         for line in lines:
             try:
