@@ -6,6 +6,7 @@ import functools
 import json
 import os
 import pathlib
+import re
 import shutil
 import subprocess
 import sys
@@ -251,15 +252,21 @@ def cartpole_runner(tmp_path: pathlib.Path, seed: int, episode_length_s: float =
     return FleetRunner(spec.make_env(env_cfg), agent, run_dir, "cpu"), run_dir
 
 
+def _written(text: str | re.Pattern[str], out: bytes) -> bool:
+    if isinstance(text, str):
+        return text.encode() in out
+    return text.search(out.decode(errors="replace")) is not None
+
+
 def run_in_terminal(
     argv: list[str],
     env: dict[str, str] | None = None,
     timeout: float = 300,
-    interrupt_after: str | None = None,
+    interrupt_after: str | re.Pattern[str] | None = None,
 ) -> tuple[int, str]:
     """Run `argv` with a pseudo-terminal as its stdin, stdout and stderr, as a user's shell does; return its exit
     status and everything it wrote (escape codes included). With `interrupt_after`, send Ctrl-C (SIGINT to its
-    process group, as a terminal does) once that text has been written."""
+    process group, as a terminal does) once that text (or a match of that pattern) has been written."""
     import pty
     import select
     import signal
@@ -288,7 +295,7 @@ def run_in_terminal(
                 out += chunk
             elif proc.poll() is not None:
                 break
-            if interrupt_after and not interrupted and interrupt_after.encode() in out:
+            if interrupt_after and not interrupted and _written(interrupt_after, out):
                 os.killpg(proc.pid, signal.SIGINT)
                 interrupted = True
             if time.monotonic() > deadline:
