@@ -97,7 +97,7 @@ def test_baselines_are_evaluated_alike_and_tabled_beside_the_trained_policy(play
         assert result["mean_return"] < report["mean_return"]
     lines = out.splitlines()
     (header,) = [line for line in lines if line.startswith("policy ")]
-    assert header.split()[:3] == ["policy", "return", "ep."]
+    assert header.split()[:3] == ["policy", "return", "ep."] and "trouble" not in header  # healthy physics
     table = lines[lines.index(header) + 1 : lines.index(header) + 4]
     assert [row.split()[0] for row in table] == ["trained", "zero", "random"]
     assert float(table[1].split()[1]) == pytest.approx(baselines["zero"]["mean_return"], abs=0.01)

@@ -27,15 +27,24 @@ def test_train_and_play_name_the_nan_resets_and_warn_once(tmp_path):
     assert warning.startswith(f"train: {WARNING} at iteration 1: the physics diverged")
 
     play = run_cli("play", "Test-Diverging", "--gpu-ids", "None", "--num-envs", "8", "--episodes", "8",
-                   "--env.episode-length-s", "0.5", cwd=tmp_path, env=DIVERGING, check=True, timeout=600)  # fmt: skip
+                   "--env.episode-length-s", "0.5", "--baselines", cwd=tmp_path, env=DIVERGING, check=True,
+                   timeout=600)  # fmt: skip
     (run_dir,) = (tmp_path / "logs" / "test_diverging").iterdir()
     report = json.loads((run_dir / "eval.json").read_text())
     resets = report["counts"]["Sim/nan_resets"]
     assert resets == report["env_steps"] / 4 and report["trouble"] == {"nan_resets": 0.25}
     assert f"physics trouble: nan_resets {resets:.0f} (25.00%)" in play.stdout.splitlines()
     assert f"play: 8 of 8 episodes, mean return {report['mean_return']:.2f}  nan_resets" in play.stderr
-    (warning,) = [line for line in play.stderr.splitlines() if "warning" in line]
+    (warning,) = [line for line in play.stderr.splitlines() if "warning" in line]  # the trained policy's only
     assert warning.startswith(f"play: {WARNING} over 8 episodes: the physics diverged")
+    # the baselines' table: every policy's worlds diverge alike, each row says so in its last column
+    lines = play.stdout.splitlines()
+    (header,) = [line for line in lines if line.startswith("policy ")]
+    assert header.endswith("episodes ended  physics trouble")
+    table = lines[lines.index(header) + 1 : lines.index(header) + 4]
+    assert [row.split()[0] for row in table] == ["trained", "zero", "random"]
+    for row, result in zip(table, [report, *report["baselines"].values()], strict=True):
+        assert row.endswith(f"nan_resets {result['counts']['Sim/nan_resets']:.0f} (25.00%)"), row
 
 
 def test_a_healthy_run_says_nothing_of_trouble(cartpole_run):

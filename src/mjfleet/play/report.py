@@ -73,23 +73,30 @@ def print_summary(summary: dict[str, Any], label: str, output: pathlib.Path) -> 
 
 def comparison_table(results: dict[str, dict[str, Any]]) -> str:
     """One row per policy: return, episode length, the task's metrics (simulator health left out), the episodes
-    ended per cause (falls, for a legged robot) and in all, each as evaluated with the same seed and settings."""
+    ended per cause (falls, for a legged robot) and in all, each as evaluated with the same seed and settings; and
+    the physics trouble each met, when any did (a policy can drive the physics where another does not)."""
     first = next(iter(results.values()))
     metrics = [k for k in first["metrics"] if not k.startswith("sim_")]
     causes = sorted({c for r in results.values() for c in r["terminations"] if c != "time_out"})
+    # an eval.json's baselines from before trouble was recorded have no counts: nothing to say of them
+    trouble = {name: trouble_line(r) if "counts" in r else "" for name, r in results.items()}
     header = ["policy", "return", "ep. length", *metrics, *causes, "episodes ended"]
+    text = {0}  # left-aligned: the names, and the trouble (words) where it is shown
+    if any(trouble.values()):
+        header.append("physics trouble")
+        text.add(len(header) - 1)
     rows = [header]
     for name, r in results.items():
         row = [name, _number(r["mean_return"]), _number(r["mean_episode_length"])]
         row += [_number(r["metrics"].get(k)) for k in metrics]
         row += [str(r["terminations"].get(c, 0)) for c in causes]
         row.append(str(r["episodes_ended"]))
-        rows.append(row)
+        rows.append(row + [trouble[name] or "-"] if len(text) > 1 else row)
     widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
     lines = [
         "  ".join(
-            c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True))
-        )
+            c.ljust(w) if i in text else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True))
+        ).rstrip()
         for row in rows
     ]
     return "\n".join(lines)
