@@ -1,5 +1,5 @@
 """Physics trouble on the console: a task whose physics diverge in every fourth world (tests/diverging_task.py),
-trained two iterations and played; both say nan_resets on their lines and warn once."""
+trained two iterations (on one worker and on two) and played; both say nan_resets on their lines and warn once."""
 
 from __future__ import annotations
 
@@ -45,6 +45,18 @@ def test_train_and_play_name_the_nan_resets_and_warn_once(tmp_path):
     assert [row.split()[0] for row in table] == ["trained", "zero", "random"]
     for row, result in zip(table, [report, *report["baselines"].values()], strict=True):
         assert row.endswith(f"nan_resets {result['counts']['Sim/nan_resets']:.0f} (25.00%)"), row
+
+
+def test_two_cpu_workers_sum_their_nan_resets_over_their_env_steps_and_rank_0_warns_once(tmp_path):
+    train = run_cli("train", "Test-Diverging", "--gpu-ids", "None", "--cpu-workers", "2", "--num-envs", "8",
+                    "--agent.num-steps-per-env", "8", "--max-iterations", "2", "--logger", "none", "--log-format",
+                    "compact", "--agent.ppo.no-compile-update", cwd=tmp_path, env=DIVERGING, check=True,
+                    timeout=600)  # fmt: skip
+    lines = [line for line in train.stdout.splitlines() if line.startswith("it ")]
+    # 2 workers x 8 envs x 8 steps, every fourth world reset on NaN at every step: 32 of 128 env steps
+    assert len(lines) == 2 and all(line.endswith("nan_resets 32 (25.00%)") for line in lines), train.stdout
+    (warning,) = [line for line in train.stderr.splitlines() if "warning" in line]
+    assert warning.startswith(f"train: {WARNING} at iteration 1")
 
 
 def test_a_healthy_run_says_nothing_of_trouble(cartpole_run):
