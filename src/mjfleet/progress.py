@@ -79,9 +79,8 @@ class Progress:
         if self.interactive:
             try:
                 self._start_bar()
-            except (
-                BaseException
-            ):  # Ctrl-C while the bar starts: stop what started, or the cursor stays hidden
+            except BaseException:
+                # Ctrl-C while the bar starts: stop what started, or the cursor stays hidden
                 if self._bar is not None:
                     self._bar.stop()
                     self._bar = None

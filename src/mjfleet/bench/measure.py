@@ -39,11 +39,10 @@ from mjfleet.bench.phases import (
     timed_rollout,
     timed_training,
 )
+from mjfleet.bench.report import PHASES
 from mjfleet.envs import EnvConfig
 from mjfleet.fleet.plan import WorkerPlan
 from mjfleet.rl import AgentConfig
-
-PHASES = ("physics", "env", "rollout", "training")
 
 
 @dataclass(frozen=True)

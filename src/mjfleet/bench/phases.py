@@ -18,7 +18,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from mjfleet.runs.trouble import COUNTED, SHARED
+from mjfleet.runs.trouble import COUNTED, SHARED, combine
 from mjfleet.timing import Stopwatch, Timed
 
 WARMUP_STEPS = 5
@@ -144,8 +144,7 @@ def timed_training(job: Any, runner, device: torch.device) -> tuple[list[dict[st
     if reducer is not None:
         runner.alg.gradients.reducer = Timed(reducer, "average", stopwatch)
     iterations: list[dict[str, float]] = []
-    trouble: dict[str, float] = {}
-    env_steps = [0]
+    records: list[dict[str, Any]] = []  # every iteration's, for its trouble
     marks = {"wall": time.perf_counter(), "cpu": time.process_time()}
 
     def record(rec: dict[str, Any]) -> None:
@@ -165,10 +164,7 @@ def timed_training(job: Any, runner, device: torch.device) -> tuple[list[dict[st
         )
         if "Perf/gradient_steps" in rec:  # SAC: the gradient steps this iteration's update ran
             iterations[-1]["gradient_steps"] = int(rec["Perf/gradient_steps"])
-        for key in TROUBLE_KEYS:  # counts add up; shares (means over an iteration's steps) are averaged below
-            if key in rec:
-                trouble[key] = trouble.get(key, 0.0) + float(rec[key])
-        env_steps[0] += runner.agent_cfg.num_steps_per_env * runner.env.num_envs * runner.ctx.world_size
+        records.append(dict(rec))
         stopwatch.reset()
         marks["wall"], marks["cpu"] = wall, cpu
 
@@ -183,8 +179,11 @@ def timed_training(job: Any, runner, device: torch.device) -> tuple[list[dict[st
         runner.hooks.on_iteration = None
         if reducer is not None:
             runner.alg.gradients.reducer = reducer
-    found = {k: v / len(iterations) if k in SHARED else v for k, v in trouble.items()}
-    return iterations[warmup:], ({"env_steps": env_steps[0], "record": found} if found else None)
+    found = combine(records)
+    if not found:
+        return iterations[warmup:], None
+    per_iteration = runner.agent_cfg.num_steps_per_env * runner.env.num_envs * runner.ctx.world_size
+    return iterations[warmup:], {"env_steps": len(records) * per_iteration, "record": found}
 
 
 def sync(device: torch.device) -> None:

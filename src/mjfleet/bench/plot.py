@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from mjfleet import atomic
+from mjfleet.bench.report import PHASES
 
-PHASES = ("physics", "env", "rollout", "training")
 COLORS = {"physics": "tab:blue", "env": "tab:orange", "rollout": "tab:green", "training": "tab:red"}
 
 

@@ -19,9 +19,11 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from mjfleet.runs.trouble import SHARED, describe, shares
+from mjfleet.runs.trouble import combine, describe, shares
 
 MIB = 1024 * 1024
+PHASES = ("physics", "env", "rollout", "training")
+"""What bench times, in the order it times them (mjfleet.bench.measure, mjfleet.bench.phases)."""
 
 
 def summarize_run(run: dict[str, Any], startup_override: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -115,10 +117,7 @@ def _trouble(per_rank: list[dict[str, Any]]) -> dict[str, Any]:
             found = found[:1]
         if not found:
             continue
-        record: dict[str, float] = {}
-        for key in {k for t in found for k in t["record"]}:
-            values = [t["record"].get(key, 0.0) for t in found]
-            record[key] = statistics.fmean(values) if key in SHARED else sum(values)
+        record = combine([t["record"] for t in found])
         env_steps = sum(t["env_steps"] for t in found)
         out[phase] = {"env_steps": env_steps, "record": record, "shares": shares(record, env_steps)}
     return out

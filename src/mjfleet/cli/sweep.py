@@ -182,9 +182,8 @@ def start(argv: list[str], resume: bool = False) -> None:
             raise UsageError(
                 f"{plan.sweep_dir} holds another sweep ({shlex.join(previous)}): choose another --sweep-dir"
             )
-        if (
-            previous != stored
-        ):  # the same sweep, stored before a flag was renamed: its study knows the old names
+        # the same sweep, stored before a flag was renamed: its study knows the old names
+        if previous != stored:
             stored = previous
             plan = check_only(_with_quiet(previous, flags.quiet), preflight=True)[0]
     from mjfleet.sweep.session import run_session

@@ -25,9 +25,9 @@ import time
 import zipfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Protocol
 
 from mjfleet.errors import UsageError
+from mjfleet.progress import Progress
 from mjfleet.robots.cache import SOURCE_FILE, fetched_dir, is_fetched
 
 FETCH_TIMEOUT_S = 600
@@ -39,29 +39,13 @@ IGNORED = ("*.py", "*.pyc", "__pycache__")
 """What stays behind when the robot's folder is copied: the package's code."""
 
 
-class Shown(Protocol):
-    """What a phase reports to: mjfleet.progress.Progress has this method."""
-
-    def update(
-        self, done: float | None = None, *, total: float | None = None, status: str | None = None
-    ) -> Any:
-        """Progress so far: `done` of `total` (the phase's unit), and a status text."""
+Phases = Callable[[str, float | None, str], Progress]
+"""`phases(what, total, unit)`: the progress a phase runs in and reports to (its total None when unknown)."""
 
 
-Phases = Callable[[str, float | None, str], contextlib.AbstractContextManager[Shown]]
-"""`phases(what, total, unit)`: a context in which a phase runs and reports (its total None when unknown)."""
-
-
-class _Unshown:
-    def update(
-        self, done: float | None = None, *, total: float | None = None, status: str | None = None
-    ) -> None:
-        return None
-
-
-def unshown(_what: str, _total: float | None, _unit: str) -> contextlib.AbstractContextManager[Shown]:
+def unshown(what: str, total: float | None, unit: str) -> Progress:
     """The phases of a fetch nobody watches (a library call, a test's fixture)."""
-    return contextlib.nullcontext(_Unshown())
+    return Progress(what, total, unit, quiet=True)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -171,7 +155,7 @@ def _megabytes_under(folder: Path) -> float:
     return round(size / 1e6, 1)
 
 
-def _run(name: str, command: list[str], installer: str, writes: Path, shown: Shown) -> None:
+def _run(name: str, command: list[str], installer: str, writes: Path, shown: Progress) -> None:
     """`command` to its end (FETCH_TIMEOUT_S at most), reporting the megabytes it has written under `writes`;
     a failure is one UsageError with the installer's own reason. Its output is kept in a file, not a pipe, so a
     chatty installer can never block on a full pipe while this loop only measures."""

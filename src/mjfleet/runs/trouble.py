@@ -11,7 +11,7 @@ once per run and kind, so a log is not flooded.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 WARN_SHARE = 0.001
@@ -48,6 +48,17 @@ def shares(record: Mapping[str, float], env_steps: float) -> dict[str, float]:
         share = record.get(key)
         if share and math.isfinite(share) and share > 0:
             out[name] = share
+    return out
+
+
+def combine(records: Sequence[Mapping[str, float]]) -> dict[str, float]:
+    """Records of equal numbers of env steps (a run's iterations, a phase's workers) as one record: counts summed,
+    shares averaged, a record without a kind counting as none of its steps; only the kinds some record has."""
+    out: dict[str, float] = {}
+    for key in (*COUNTED, *SHARED):
+        values = [float(r[key]) for r in records if key in r]
+        if values:
+            out[key] = sum(values) / (len(records) if key in SHARED else 1)
     return out
 
 

@@ -85,13 +85,15 @@ class SweepStatus:
         ]
         return statistics.median(rates) if rates else None
 
+    def _ending(self) -> float:
+        return statistics.mean(self.endings) if self.endings else 0.0
+
     def _trial_seconds(self, rate: float, budget: int) -> float:
         startup = statistics.mean(self.startups) if self.startups else 0.0
-        ending = statistics.mean(self.endings) if self.endings else 0.0
         training = budget * rate
         if self.minutes is not None:
             training = min(training, self.minutes * 60)
-        return startup + training + ending
+        return startup + training + self._ending()
 
     def seconds_left(self, running: Mapping[int, Running]) -> float | None:
         """The work left over the slots (see the module's docstring); None before it can be estimated."""
@@ -99,7 +101,7 @@ class SweepStatus:
         if rate is None or budget is None:
             return None
         whole = self._trial_seconds(rate, budget)
-        now, ending = self.clock(), (statistics.mean(self.endings) if self.endings else 0.0)
+        now, ending = self.clock(), self._ending()
         left_running = []
         for t in running.values():
             trial_budget = self.budget(t.tail) or budget
